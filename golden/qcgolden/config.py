@@ -1,0 +1,140 @@
+"""The Qwen3.5 text config (spec section 2) read from a Hugging Face config.json.
+
+Accepts the multimodal nesting (`text_config`) or a flat text config; `rope_parameters` or the
+legacy top-level `rope_theta` / `partial_rotary_factor` (and `rope_scaling`); `layer_types` or
+`full_attention_interval` (layer i is full iff (i + 1) % interval == 0, default 4).
+"""
+import json
+import os
+from dataclasses import dataclass, field
+from typing import List
+
+LINEAR = "linear_attention"
+FULL = "full_attention"
+
+
+class ConfigError(ValueError):
+    """A config.json that does not describe a Qwen3.5 text model (message names the field)."""
+
+
+@dataclass
+class TextConfig:
+    vocab_size: int                 # V
+    hidden_size: int                # H
+    intermediate_size: int          # I (SwiGLU width)
+    num_hidden_layers: int          # L
+    num_attention_heads: int        # nh (full attention query heads)
+    num_key_value_heads: int        # nkv
+    head_dim: int                   # hd
+    linear_num_key_heads: int       # nk (DeltaNet q/k heads)
+    linear_num_value_heads: int     # nv (a multiple of nk)
+    linear_key_head_dim: int        # dk
+    linear_value_head_dim: int      # dv
+    linear_conv_kernel_dim: int     # K
+    rms_norm_eps: float
+    rope_theta: float
+    partial_rotary_factor: float
+    tie_word_embeddings: bool
+    layer_types: List[str] = field(default_factory=list)
+    nested: bool = False            # read from a `text_config` object
+
+    # derived sizes ------------------------------------------------------------------------------
+    @property
+    def rotary_dim(self):
+        """int(hd * partial_rotary_factor), exactly as HF computes it."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def key_dim(self):
+        return self.linear_num_key_heads * self.linear_key_head_dim
+
+    @property
+    def value_dim(self):
+        return self.linear_num_value_heads * self.linear_value_head_dim
+
+    @property
+    def conv_dim(self):
+        return 2 * self.key_dim + self.value_dim
+
+
+def _req_int(tc, name, where):
+    if name not in tc:
+        raise ConfigError("%s: missing field %s" % (where, name))
+    v = tc[name]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v <= 0:
+        raise ConfigError("%s: field %s = %r is not a positive integer" % (where, name, v))
+    return int(v)
+
+
+def parse(cfg, where="config.json"):
+    """TextConfig from the parsed config.json object."""
+    if not isinstance(cfg, dict):
+        raise ConfigError("%s: not a JSON object" % where)
+    nested = isinstance(cfg.get("text_config"), dict)
+    tc = cfg["text_config"] if nested else cfg
+    w = where + (": text_config" if nested else "")
+
+    ints = {n: _req_int(tc, n, w) for n in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "linear_num_key_heads",
+        "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")}
+    ints["head_dim"] = _req_int(tc, "head_dim", w) if "head_dim" in tc else 256  # HF default
+    ints["linear_conv_kernel_dim"] = (_req_int(tc, "linear_conv_kernel_dim", w)
+                                      if "linear_conv_kernel_dim" in tc else 4)
+
+    # rope: rope_parameters (current HF) or legacy top-level fields / rope_scaling
+    rp = tc.get("rope_parameters")
+    if not isinstance(rp, dict):
+        rp = tc.get("rope_scaling") if isinstance(tc.get("rope_scaling"), dict) else {}
+    theta = rp.get("rope_theta", tc.get("rope_theta", 10000.0))
+    prf = rp.get("partial_rotary_factor", tc.get("partial_rotary_factor", 0.25))
+
+    # tie: top level wins for the multimodal layout (Qwen3_5ForConditionalGeneration)
+    if nested and "tie_word_embeddings" in cfg:
+        tie = cfg["tie_word_embeddings"]
+    else:
+        tie = tc.get("tie_word_embeddings", False)
+
+    L = ints["num_hidden_layers"]
+    lt = tc.get("layer_types")
+    if lt is None:
+        interval = tc.get("full_attention_interval", 4)
+        lt = [FULL if (i + 1) % interval == 0 else LINEAR for i in range(L)]
+    lt = [{"linear": LINEAR, "full": FULL}.get(t, t) for t in lt]
+    if len(lt) != L:
+        raise ConfigError("%s: layer_types has %d entries, num_hidden_layers is %d" % (w, len(lt), L))
+    for i, t in enumerate(lt):
+        if t not in (LINEAR, FULL):
+            raise ConfigError("%s: layer_types[%d] = %r is not linear_attention/full_attention"
+                              % (w, i, t))
+
+    if tc.get("hidden_act", "silu") != "silu":
+        raise ConfigError("%s: hidden_act %r (only silu)" % (w, tc.get("hidden_act")))
+    if tc.get("attention_bias", False):
+        raise ConfigError("%s: attention_bias true is not Qwen3.5" % w)
+
+    c = TextConfig(rms_norm_eps=float(tc.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
+                   partial_rotary_factor=float(prf), tie_word_embeddings=bool(tie),
+                   layer_types=lt, nested=nested, **ints)
+    if c.linear_num_value_heads % c.linear_num_key_heads:
+        raise ConfigError("%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d"
+                          % (w, c.linear_num_value_heads, c.linear_num_key_heads))
+    if c.num_attention_heads % c.num_key_value_heads:
+        raise ConfigError("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d"
+                          % (w, c.num_attention_heads, c.num_key_value_heads))
+    if c.rotary_dim % 2 or not 0 < c.rotary_dim <= c.head_dim:
+        raise ConfigError("%s: rotary dim int(%d * %g) = %d must be even and in (0, head_dim]"
+                          % (w, c.head_dim, c.partial_rotary_factor, c.rotary_dim))
+    return c
+
+
+def load(model_dir):
+    """TextConfig from DIR/config.json."""
+    path = os.path.join(model_dir, "config.json")
+    with open(path, "rb") as f:
+        text = f.read()
+    try:
+        obj = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ConfigError("%s: not valid JSON: %s" % (path, e))
+    return parse(obj, path)

@@ -1,0 +1,113 @@
+"""The committed fixture set (design.md section 9) and its regeneration.
+
+Each fixture is fixtures/<name>/model/{config.json, *.safetensors[, index]} plus
+fixtures/<name>/golden.h5 (model_path "model"). `build(root)` writes them all under root;
+golden/regen compares such a build with the committed fixtures/ and replaces it on --write.
+"""
+import os
+
+from . import goldens
+from . import init
+from .init import ModelSpec
+
+L, F = "linear_attention", "full_attention"
+
+FIXTURES = [
+    ModelSpec(
+        name="tiny-f32-tied-flat", seed=101,
+        vocab_size=256, hidden_size=64, intermediate_size=64, layer_types=[L, L, L, F],
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=2,
+        linear_key_head_dim=16, linear_value_head_dim=16,
+        partial_rotary_factor=0.25, rope_theta=1e7, tie_word_embeddings=True, dtype="F32",
+        nested=False,
+        description="The baseline, shaped like the 0.8B/2B models: n_v = n_k = 2 (d_k = d_v = 16), "
+        "tied lm_head, F32, flat text config (`Qwen3_5ForCausalLM`, names `model.*`), "
+        "`rope_parameters` with partial_rotary_factor 0.25 (4 of 16 dims rotated), theta 1e7, "
+        "4 layers with layer 3 full attention (4 query heads, 2 KV heads)."),
+    ModelSpec(
+        name="tiny-bf16-gva-nested", seed=202,
+        vocab_size=256, hidden_size=32, intermediate_size=64, layer_types=[L, L, L, F],
+        num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=8,
+        partial_rotary_factor=0.5, rope_theta=10000.0, tie_word_embeddings=False, dtype="BF16",
+        nested=True, extras=True,
+        description="Shaped like the 4B/9B checkpoints as shipped: n_v = 2 n_k (4 value heads, "
+        "2 key heads: value head j uses key head j // 2) with d_k = 16 != d_v = 8, untied "
+        "lm_head, BF16 with `linear_attn.A_log` and `linear_attn.norm.weight` kept F32, the "
+        "multimodal nesting (`text_config`, names `model.language_model.*`) with ignorable "
+        "`model.visual.*` and `mtp.*` tensors, partial_rotary_factor 0.5, theta 1e4, GQA 4:1."),
+    ModelSpec(
+        name="tiny-rope-legacy-8layer", seed=303,
+        vocab_size=192, hidden_size=32, intermediate_size=64, layer_types=[L, L, L, F] * 2,
+        num_attention_heads=3, num_key_value_heads=1, head_dim=16,
+        linear_num_key_heads=1, linear_num_value_heads=3,
+        linear_key_head_dim=8, linear_value_head_dim=8,
+        partial_rotary_factor=0.75, rope_theta=1e6, tie_word_embeddings=True, dtype="F32",
+        nested=False, rope_style="legacy", layer_style="interval",
+        description="partial_rotary_factor 0.75 (12 of 16 dims rotated; a hard-coded 0.25 or "
+        "0.5 fails) and theta 1e6 given as legacy top-level `rope_theta` / "
+        "`partial_rotary_factor` fields (no `rope_parameters`); no `layer_types`, only "
+        "`full_attention_interval` 4 over 8 layers (full attention at layers 3 and 7); "
+        "3 value heads on 1 key head (r = 3), 3 query heads on 1 KV head; F32, tied, flat."),
+    ModelSpec(
+        name="tiny-legacy-packed", seed=505,
+        vocab_size=192, hidden_size=32, intermediate_size=64, layer_types=[L, L, L, F],
+        num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=8,
+        partial_rotary_factor=0.25, rope_theta=1e7, tie_word_embeddings=True, dtype="F32",
+        nested=False, legacy_packed=True,
+        description="The legacy Qwen3-Next packed layout: `linear_attn.in_proj_qkvz` and "
+        "`linear_attn.in_proj_ba` grouped by key head (rows [q_g, k_g, v_g (2 heads), "
+        "z_g (2 heads)] and [b_g (2), a_g (2)] per key head g), with n_v = 2 n_k so the grouping "
+        "matters; a loader must split them (spec section 3.7). 2 query heads = 2 KV heads (no "
+        "GQA); F32, tied, flat."),
+    ModelSpec(
+        name="tiny-f16-sharded", seed=404,
+        vocab_size=192, hidden_size=32, intermediate_size=64, layer_types=[L, F, L, F],
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=8, linear_value_head_dim=16,
+        partial_rotary_factor=1.0, rope_theta=10000.0, tie_word_embeddings=False, dtype="F16",
+        nested=True, shards=3,
+        description="A sharded F16 checkpoint: `model.safetensors.index.json` + 3 shards "
+        "(`model-0000i-of-00003.safetensors`), nested config without extra tensors, untied; "
+        "n_v = 2 n_k with d_k = 8 < d_v = 16; partial_rotary_factor 1.0 (every one of the "
+        "16 head dims rotated), 2 query heads on 1 KV head; alternating layer types "
+        "(full attention at layers 1 and 3)."),
+]
+
+
+def by_name(name):
+    for s in FIXTURES:
+        if s.name == name:
+            return s
+    raise KeyError(name)
+
+
+def build_one(spec, root, cases=None):
+    """Write root/<name>/model and root/<name>/golden.h5; returns the golden's case dict."""
+    d = os.path.join(root, spec.name)
+    model_dir = os.path.join(d, "model")
+    init.write_checkpoint(spec, model_dir)
+    return goldens.generate(model_dir, os.path.join(d, "golden.h5"), spec.seed, cases=cases)
+
+
+def readme_text():
+    """fixtures/README.md (generated, so it always matches the fixture set)."""
+    cases = goldens.default_cases()
+    lines = ["# fixtures/ — committed tiny Qwen3.5 checkpoints and their goldens", "",
+             "Generated by `golden/regen --write` (never edit by hand; `golden/regen` without "
+             "`--write` shows what would change). Each `<name>/model/` is a Hugging Face-format "
+             "checkpoint with random, deterministic weights (seed below); `<name>/golden.h5` is the "
+             "float64 PyTorch golden in schema v1 (`golden/SCHEMA.md`), `model_path` = \"model\". "
+             "`tolerances.json` belongs to the harness.", "",
+             "Cases in every golden: " + ", ".join("`%s`" % c.name for c in cases) + ".", ""]
+    for c in cases:
+        lines.append("- `%s`: %s" % (c.name, c.description))
+    lines.append("")
+    for s in FIXTURES:
+        lines += ["## %s (seed %d)" % (s.name, s.seed), "", s.description, ""]
+    return "\n".join(lines)

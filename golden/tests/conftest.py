@@ -1,0 +1,15 @@
+"""Shared test setup: the golden/ directory on sys.path, the fixed torch setting, paths."""
+import os
+import sys
+
+GOLDEN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(GOLDEN)
+FIXTURES = os.path.join(REPO, "fixtures")
+DATA = os.path.join(GOLDEN, "tests", "data")
+SHARED_HF_TINY_A = os.path.join(REPO, "..", "shared", "reference-data", "hf-tiny-a")
+
+sys.path.insert(0, GOLDEN)
+
+from qcgolden import setup_torch  # noqa: E402
+
+setup_torch()

@@ -1,0 +1,57 @@
+/* qc_check.h — the check engine behind `qwen-conform [check]` and `qwen-conform calibrate`.
+ *
+ * For every golden file (qc_golden_find), every selected case, backend and prefill mode, the
+ * engine runs the case (teacher-forced decode) and produces one qc_check_row per check:
+ *   vs the golden    prefill.logits prefill.hidden prefill.<state> decode.logits decode.<state>
+ *                    argmax
+ *   invariants       garbage_reset (NaN state + reset == fresh, bitwise), unused_slots (KV slots
+ *                    beyond the used positions stay exactly 0), threads_bitwise (optimized 1 vs
+ *                    2 threads), static_eq_dynamic, chunked_eq_recurrent, chunk_sweep.cN,
+ *                    opt_eq_ref
+ *   per file         model_hash (config / weights SHA-256 of the loaded model vs the golden)
+ * The qc_cmd_check / qc_cmd_calibrate entry points are declared in qc/qc_cli.h.
+ */
+#ifndef QC_CHECK_H
+#define QC_CHECK_H
+
+#include <regex.h>
+
+#include "qc/qc_prefill.h"
+#include "qc_policy.h"
+#include "qc_report_results.h"
+
+enum { QC_BACKEND_REF = 1, QC_BACKEND_OPT = 2 };
+
+/* Test-only faults (hidden CLI flag --inject-fault). */
+typedef struct {
+    int norm_no_offset;     /* 0 none; 1: (1 + w) norms applied as w */
+    int norm_layer;         /* -1: every input/post/final norm; else only layer N's input norm */
+    int stale_conv_state;   /* 1: conv_state holds stale columns after a reset */
+    int static_no_advance;  /* 1: static prefill does not advance the position */
+} qc_check_faults;
+
+typedef struct {
+    const char *golden;       /* --golden DIR|FILE */
+    int backends;             /* QC_BACKEND_* mask; 0 = all available */
+    int modes;                /* bit (1 << qc_mode) mask; 0 = all */
+    const char *policy_path;  /* --policy F, or NULL (auto) */
+    const char *json_path;    /* --json F */
+    const char *junit_path;   /* --junit F */
+    const char *dump_dir;     /* --dump-actual DIR */
+    int list;                 /* --list: print ids, run nothing */
+    int quiet;                /* --quiet: only failures + summary */
+    int no_hash_check;        /* --no-hash-check */
+    int has_filter;           /* --filter given */
+    regex_t filter;           /* compiled --filter (POSIX extended) */
+    int shard_i, shard_n;     /* --shard i/n (1-based i); n = 0: no sharding */
+    int threads;              /* optimized backend threads for the main runs (default 2) */
+    qc_check_faults faults;   /* test-only */
+    /* calibration */
+    int calibrate;            /* 1: collect noise measurements */
+    void *calib;              /* calibration sink (qc_check.c private) */
+} qc_check_opts;
+
+/* Run the engine; fills res (rows + provenance). Returns the exit code (QC_EXIT_*). */
+int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res);
+
+#endif /* QC_CHECK_H */

@@ -1,0 +1,368 @@
+/* qc_policy.c — tolerance policy: parse (cJSON), built-in defaults, lookup. */
+#include "qc_policy.h"
+
+#include "qc_cli_common.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* Built-in defaults                                                                         */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The same numbers as fixtures/tolerances.json (derived there from measured noise; see
+ * fixtures/tolerances-measurements.json). Used when no policy file applies. */
+static const char builtin_json[] =
+    "{\"schema_version\": 1,"
+    " \"description\": \"built-in defaults (= fixtures/tolerances.json)\","
+    " \"defaults\": {"
+    "  \"logits\":          {\"atol\": 2e-5, \"rtol\": 1e-4, \"max_kl\": 1e-8},"
+    "  \"hidden\":          {\"atol\": 2e-5, \"rtol\": 1e-4},"
+    "  \"k_cache\":         {\"atol\": 2e-5, \"rtol\": 1e-4},"
+    "  \"v_cache\":         {\"atol\": 2e-5, \"rtol\": 1e-4},"
+    "  \"conv_state\":      {\"atol\": 2e-5, \"rtol\": 1e-4},"
+    "  \"recurrent_state\": {\"atol\": 2e-5, \"rtol\": 1e-4}"
+    " }}";
+
+/* ---------------------------------------------------------------------------------------- */
+/* Types                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int has_atol, has_rtol, has_kl; /* which fields the entry sets */
+    qc_tol t;
+} tol_entry;
+
+typedef struct {
+    char *name;                    /* backend name */
+    tol_entry cls[QC_TC_COUNT];    /* per class (has_* 0 when not given) */
+} backend_entry;
+
+enum { SEL_CASE, SEL_TENSOR, SEL_BACKEND, SEL_MODE, SEL_CHECK, SEL_N };
+static const char *const sel_names[SEL_N] = {"case", "tensor", "backend", "mode", "check"};
+
+typedef struct {
+    char *sel[SEL_N];     /* selector strings (NULL = any) */
+    regex_t re[SEL_N];    /* compiled ^(sel)$ */
+    int re_ok[SEL_N];     /* 1 when re[] compiled */
+    tol_entry tol;        /* fields set */
+    char *reason;         /* required */
+} override_entry;
+
+struct qc_policy {
+    char source[1024];           /* file path or "built-in" */
+    qc_tol defaults[QC_TC_COUNT];
+    int n_backends;
+    backend_entry *backends;     /* [n_backends] */
+    int n_overrides;
+    override_entry *overrides;   /* [n_overrides] */
+    double tie_margin;           /* < 0: 2 x logits atol */
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Parsing                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+static qc_status get_num(const cJSON *obj, const char *key, const char *path, const char *ctx,
+                         int *has, double *out, int allow_negative, qc_err *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *has = 0;
+    if (!it) return QC_OK;
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
+        (!allow_negative && it->valuedouble < 0.0))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s.%s: must be a %snumber", path, ctx, key,
+                       allow_negative ? "" : "non-negative ");
+    *has = 1;
+    *out = it->valuedouble;
+    return QC_OK;
+}
+
+static qc_status parse_tol(const cJSON *obj, const char *path, const char *ctx, tol_entry *e,
+                           qc_err *err) {
+    memset(e, 0, sizeof *e);
+    e->t.max_kl = -1.0;
+    if (!cJSON_IsObject(obj)) return qc_errf(err, QC_ERR_FORMAT, "%s: %s: must be an object", path, ctx);
+    qc_status s;
+    if ((s = get_num(obj, "atol", path, ctx, &e->has_atol, &e->t.atol, 0, err))) return s;
+    if ((s = get_num(obj, "rtol", path, ctx, &e->has_rtol, &e->t.rtol, 0, err))) return s;
+    if ((s = get_num(obj, "max_kl", path, ctx, &e->has_kl, &e->t.max_kl, 1, err))) return s;
+    return QC_OK;
+}
+
+static void apply(qc_tol *t, const tol_entry *e) {
+    if (e->has_atol) t->atol = e->t.atol;
+    if (e->has_rtol) t->rtol = e->t.rtol;
+    if (e->has_kl) t->max_kl = e->t.max_kl;
+}
+
+/* A class-keyed object: every key must be a class name. */
+static qc_status parse_class_map(const cJSON *obj, const char *path, const char *ctx,
+                                 tol_entry *out, int require_all, qc_err *err) {
+    if (!cJSON_IsObject(obj)) return qc_errf(err, QC_ERR_FORMAT, "%s: %s: must be an object", path, ctx);
+    for (int c = 0; c < QC_TC_COUNT; c++) memset(&out[c], 0, sizeof out[c]);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, obj) {
+        qc_tclass c;
+        char sub[256];
+        if (qc_tclass_parse(it->string, &c) != 0)
+            return qc_errf(err, QC_ERR_FORMAT,
+                           "%s: %s: unknown tensor class \"%s\" (logits, hidden, k_cache, "
+                           "v_cache, conv_state, recurrent_state)", path, ctx, it->string);
+        snprintf(sub, sizeof sub, "%s.%s", ctx, it->string);
+        qc_status s = parse_tol(it, path, sub, &out[c], err);
+        if (s) return s;
+        if (require_all && !(out[c].has_atol && out[c].has_rtol))
+            return qc_errf(err, QC_ERR_FORMAT, "%s: %s: needs both atol and rtol", path, sub);
+    }
+    if (require_all)
+        for (int c = 0; c < QC_TC_COUNT; c++)
+            if (!out[c].has_atol)
+                return qc_errf(err, QC_ERR_FORMAT, "%s: %s: missing class \"%s\"", path, ctx,
+                               qc_tclass_str((qc_tclass)c));
+    return QC_OK;
+}
+
+static qc_status parse_override(const cJSON *o, int idx, const char *path, override_entry *e,
+                                qc_err *err) {
+    char ctx[64];
+    snprintf(ctx, sizeof ctx, "overrides[%d]", idx);
+    if (!cJSON_IsObject(o)) return qc_errf(err, QC_ERR_FORMAT, "%s: %s: must be an object", path, ctx);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "reason");
+    if (!cJSON_IsString(r) || !r->valuestring || !r->valuestring[0])
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s: \"reason\" (a non-empty string) is required",
+                       path, ctx);
+    e->reason = strdup(r->valuestring);
+    if (!e->reason) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    for (int k = 0; k < SEL_N; k++) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, sel_names[k]);
+        if (!s) continue;
+        if (!cJSON_IsString(s) || !s->valuestring)
+            return qc_errf(err, QC_ERR_FORMAT, "%s: %s.%s: must be a string", path, ctx,
+                           sel_names[k]);
+        e->sel[k] = strdup(s->valuestring);
+        if (!e->sel[k]) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+        size_t L = strlen(s->valuestring) + 8;
+        char *pat = malloc(L);
+        if (!pat) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+        snprintf(pat, L, "^(%s)$", s->valuestring);
+        int rc = regcomp(&e->re[k], pat, REG_EXTENDED | REG_NOSUB);
+        free(pat);
+        if (rc != 0) {
+            char m[256];
+            regerror(rc, &e->re[k], m, sizeof m);
+            return qc_errf(err, QC_ERR_FORMAT, "%s: %s.%s: bad regex \"%s\": %s", path, ctx,
+                           sel_names[k], s->valuestring, m);
+        }
+        e->re_ok[k] = 1;
+    }
+    /* known keys only: a typo ("tensr") would silently widen the override */
+    const cJSON *it;
+    cJSON_ArrayForEach(it, o) {
+        int known = !strcmp(it->string, "reason") || !strcmp(it->string, "atol") ||
+                    !strcmp(it->string, "rtol") || !strcmp(it->string, "max_kl");
+        for (int k = 0; k < SEL_N; k++) known |= !strcmp(it->string, sel_names[k]);
+        if (!known)
+            return qc_errf(err, QC_ERR_FORMAT, "%s: %s: unknown key \"%s\"", path, ctx,
+                           it->string);
+    }
+    qc_status s = parse_tol(o, path, ctx, &e->tol, err);
+    if (s) return s;
+    if (!e->tol.has_atol && !e->tol.has_rtol && !e->tol.has_kl)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s: sets none of atol, rtol, max_kl", path, ctx);
+    return QC_OK;
+}
+
+qc_status qc_policy_parse(const char *json, size_t len, const char *path, qc_policy **out,
+                          qc_err *err) {
+    *out = NULL;
+    qc_policy *p = calloc(1, sizeof *p);
+    if (!p) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    snprintf(p->source, sizeof p->source, "%s", path);
+    p->tie_margin = -1.0;
+    char *text = malloc(len + 1);
+    if (!text) {
+        free(p);
+        return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    }
+    memcpy(text, json, len);
+    text[len] = 0;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 0);
+    qc_status s = QC_OK;
+    if (!root) {
+        s = qc_errf(err, QC_ERR_FORMAT, "%s: JSON parse error at byte %ld", path,
+                    end ? (long)(end - text) : -1L);
+        goto done;
+    }
+    if (!cJSON_IsObject(root)) {
+        s = qc_errf(err, QC_ERR_FORMAT, "%s: top level must be an object", path);
+        goto done;
+    }
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(root, "schema_version");
+    if (!cJSON_IsNumber(sv) || sv->valuedouble != 1.0) {
+        s = qc_errf(err, QC_ERR_FORMAT, "%s: schema_version must be 1", path);
+        goto done;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        static const char *const known[] = {"schema_version", "description", "measurements",
+                                            "defaults",       "backends",    "overrides",
+                                            "tie_margin",     "comment"};
+        int ok = 0;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(it->string, known[k]);
+        if (!ok) {
+            s = qc_errf(err, QC_ERR_FORMAT, "%s: unknown top-level key \"%s\"", path, it->string);
+            goto done;
+        }
+    }
+    tol_entry tmp[QC_TC_COUNT];
+    const cJSON *def = cJSON_GetObjectItemCaseSensitive(root, "defaults");
+    if (!def) {
+        s = qc_errf(err, QC_ERR_FORMAT, "%s: \"defaults\" is required", path);
+        goto done;
+    }
+    if ((s = parse_class_map(def, path, "defaults", tmp, 1, err))) goto done;
+    for (int c = 0; c < QC_TC_COUNT; c++) {
+        p->defaults[c].max_kl = -1.0;
+        apply(&p->defaults[c], &tmp[c]);
+    }
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "tie_margin");
+    if (tm) {
+        if (!cJSON_IsNumber(tm) || !(tm->valuedouble >= 0.0)) {
+            s = qc_errf(err, QC_ERR_FORMAT, "%s: tie_margin must be a non-negative number", path);
+            goto done;
+        }
+        p->tie_margin = tm->valuedouble;
+    }
+    const cJSON *be = cJSON_GetObjectItemCaseSensitive(root, "backends");
+    if (be) {
+        if (!cJSON_IsObject(be)) {
+            s = qc_errf(err, QC_ERR_FORMAT, "%s: backends: must be an object", path);
+            goto done;
+        }
+        int n = cJSON_GetArraySize(be);
+        p->backends = calloc((size_t)(n > 0 ? n : 1), sizeof *p->backends);
+        if (!p->backends) {
+            s = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+            goto done;
+        }
+        cJSON_ArrayForEach(it, be) {
+            backend_entry *b = &p->backends[p->n_backends++];
+            b->name = strdup(it->string);
+            char ctx[160];
+            snprintf(ctx, sizeof ctx, "backends.%s", it->string);
+            if (!b->name) {
+                s = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+                goto done;
+            }
+            if ((s = parse_class_map(it, path, ctx, b->cls, 0, err))) goto done;
+        }
+    }
+    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overrides");
+    if (ov) {
+        if (!cJSON_IsArray(ov)) {
+            s = qc_errf(err, QC_ERR_FORMAT, "%s: overrides: must be an array", path);
+            goto done;
+        }
+        int n = cJSON_GetArraySize(ov);
+        p->overrides = calloc((size_t)(n > 0 ? n : 1), sizeof *p->overrides);
+        if (!p->overrides) {
+            s = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+            goto done;
+        }
+        int i = 0;
+        cJSON_ArrayForEach(it, ov) {
+            p->n_overrides = i + 1;
+            if ((s = parse_override(it, i, path, &p->overrides[i], err))) goto done;
+            i++;
+        }
+    }
+done:
+    cJSON_Delete(root);
+    free(text);
+    if (s != QC_OK) {
+        qc_policy_free(p);
+        return s;
+    }
+    *out = p;
+    return QC_OK;
+}
+
+qc_status qc_policy_load(const char *path, qc_policy **out, qc_err *err) {
+    *out = NULL;
+    char *buf = NULL;
+    size_t n = 0;
+    qc_status s = qc_cli_read_file(path, &buf, &n, err);
+    if (s) return s;
+    s = qc_policy_parse(buf, n, path, out, err);
+    free(buf);
+    return s;
+}
+
+qc_status qc_policy_builtin(qc_policy **out, qc_err *err) {
+    return qc_policy_parse(builtin_json, sizeof builtin_json - 1, "built-in", out, err);
+}
+
+void qc_policy_free(qc_policy *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n_backends; i++) free(p->backends[i].name);
+    free(p->backends);
+    for (int i = 0; i < p->n_overrides; i++) {
+        override_entry *e = &p->overrides[i];
+        for (int k = 0; k < SEL_N; k++) {
+            free(e->sel[k]);
+            if (e->re_ok[k]) regfree(&e->re[k]);
+        }
+        free(e->reason);
+    }
+    free(p->overrides);
+    free(p);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Lookup                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+const char *qc_policy_source(const qc_policy *p) { return p->source; }
+int qc_policy_n_overrides(const qc_policy *p) { return p->n_overrides; }
+
+double qc_policy_tie_margin(const qc_policy *p) {
+    return p->tie_margin >= 0.0 ? p->tie_margin : 2.0 * p->defaults[QC_TC_LOGITS].atol;
+}
+
+static int sel_match(const override_entry *e, int k, const char *subject) {
+    if (!e->sel[k]) return 1;
+    if (!subject) return 0;
+    if (strcmp(e->sel[k], subject) == 0) return 1;
+    return e->re_ok[k] && regexec(&e->re[k], subject, 0, NULL, 0) == 0;
+}
+
+void qc_policy_lookup(const qc_policy *p, qc_tclass cls, const char *backend, const char *mode,
+                      const char *check, const char *case_id, const char *tensor, qc_tol *out,
+                      const char **reason) {
+    *out = p->defaults[cls];
+    if (reason) *reason = NULL;
+    for (int i = 0; backend && i < p->n_backends; i++)
+        if (strcmp(p->backends[i].name, backend) == 0) apply(out, &p->backends[i].cls[cls]);
+    /* bare case name: the part after the last '/' of "<stem>/<case>" */
+    const char *bare = NULL;
+    if (case_id) {
+        const char *sl = strrchr(case_id, '/');
+        bare = sl ? sl + 1 : case_id;
+    }
+    for (int i = 0; i < p->n_overrides; i++) {
+        const override_entry *e = &p->overrides[i];
+        if (!(sel_match(e, SEL_CASE, case_id) || sel_match(e, SEL_CASE, bare))) continue;
+        if (!(sel_match(e, SEL_TENSOR, tensor) || sel_match(e, SEL_TENSOR, qc_tclass_str(cls))))
+            continue;
+        if (!sel_match(e, SEL_BACKEND, backend) || !sel_match(e, SEL_MODE, mode) ||
+            !sel_match(e, SEL_CHECK, check))
+            continue;
+        apply(out, &e->tol);
+        if (reason) *reason = e->reason;
+    }
+}

@@ -1,0 +1,138 @@
+/* qc_report_json.c — JSON report (cJSON). */
+#include "qc_report_json.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc_cli_common.h"
+
+/* A number, or its name as a string when non-finite. */
+static void add_num(cJSON *o, const char *key, double v) {
+    if (isnan(v))
+        cJSON_AddStringToObject(o, key, "NaN");
+    else if (isinf(v))
+        cJSON_AddStringToObject(o, key, v > 0 ? "Infinity" : "-Infinity");
+    else
+        cJSON_AddNumberToObject(o, key, v);
+}
+
+static void add_loc(cJSON *o, const char *key, const qc_loc *l) {
+    if (!l->valid) return;
+    cJSON *j = cJSON_AddObjectToObject(o, key);
+    if (!j) return;
+    int64_t ix[4] = {0};
+    size_t flat = l->idx;
+    for (int i = l->desc.ndim - 1; i >= 0; i--) {
+        int64_t s = l->desc.shape[i] > 0 ? l->desc.shape[i] : 1;
+        ix[i] = (int64_t)(flat % (size_t)s);
+        flat /= (size_t)s;
+    }
+    char mean[256];
+    qc_tdesc_meaning(&l->desc, l->idx, mean, sizeof mean);
+    cJSON_AddStringToObject(j, "tensor", l->desc.path);
+    cJSON_AddStringToObject(j, "class", qc_tclass_str(l->desc.cls));
+    cJSON *arr = cJSON_AddArrayToObject(j, "index");
+    for (int i = 0; arr && i < l->desc.ndim; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)ix[i]));
+    if (l->desc.layer >= 0) cJSON_AddNumberToObject(j, "layer", l->desc.layer);
+    cJSON_AddStringToObject(j, "meaning", mean);
+    add_num(j, "actual", l->actual);
+    add_num(j, "expected", l->golden);
+}
+
+static cJSON *row_json(const qc_check_row *w) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "golden", w->golden);
+    cJSON_AddStringToObject(o, "stem", w->stem);
+    cJSON_AddStringToObject(o, "case", w->case_name);
+    cJSON_AddStringToObject(o, "backend", w->backend);
+    cJSON_AddStringToObject(o, "mode", w->mode);
+    cJSON_AddStringToObject(o, "check", w->check);
+    cJSON_AddStringToObject(o, "verdict", qc_verdict_str(w->verdict));
+    add_num(o, "seconds", w->seconds);
+    cJSON_AddStringToObject(o, "message", w->keyline);
+    if (w->has_metrics) {
+        const qc_metrics *m = &w->m;
+        cJSON *t = cJSON_AddObjectToObject(o, "tolerance");
+        if (t) {
+            if (m->bitwise) {
+                cJSON_AddStringToObject(t, "kind", "bitwise");
+            } else {
+                cJSON_AddStringToObject(t, "kind", "allclose");
+                add_num(t, "atol", w->tol.atol);
+                add_num(t, "rtol", w->tol.rtol);
+                if (w->tol.max_kl >= 0) add_num(t, "max_kl", w->tol.max_kl);
+            }
+            if (w->tol_reason[0]) cJSON_AddStringToObject(t, "reason", w->tol_reason);
+        }
+        cJSON *j = cJSON_AddObjectToObject(o, "metrics");
+        if (j) {
+            add_num(j, "n", (double)m->n);
+            add_num(j, "n_mismatch", (double)m->n_mismatch);
+            add_num(j, "pct_mismatch", m->n ? 100.0 * (double)m->n_mismatch / (double)m->n : 0.0);
+            add_num(j, "n_nonfinite", (double)m->n_nonfinite);
+            add_num(j, "max_abs", m->max_abs);
+            add_num(j, "max_rel", m->max_rel);
+            add_num(j, "cosine", m->cosine);
+            add_num(j, "nmse", m->nmse);
+            add_loc(j, "max_abs_at", &m->at_max_abs);
+            add_loc(j, "max_rel_at", &m->at_max_rel);
+            add_loc(j, "worst", &m->worst);
+            add_loc(j, "first_nonfinite", &m->first_nonfinite);
+            add_loc(j, "first_mismatch", &m->first_mismatch);
+            if (m->has_logits) {
+                cJSON *lg = cJSON_AddObjectToObject(j, "logits");
+                if (lg) {
+                    add_num(lg, "rows", (double)m->rows);
+                    add_num(lg, "top1_agree", (double)m->top1_agree);
+                    add_num(lg, "top1_near_tie", (double)m->top1_near_tie);
+                    add_num(lg, "kl_mean", m->kl_mean);
+                    add_num(lg, "kl_max", m->kl_max);
+                }
+            }
+        }
+    }
+    if (w->detail) cJSON_AddStringToObject(o, "detail", w->detail);
+    return o;
+}
+
+char *qc_report_json_string(const qc_results *r) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    cJSON_AddNumberToObject(root, "schema_version", QC_REPORT_JSON_SCHEMA_VERSION);
+    cJSON_AddStringToObject(root, "tool", "qwen-conform");
+    cJSON_AddStringToObject(root, "tool_version", r->tool_version);
+    cJSON_AddStringToObject(root, "machine", r->machine);
+    cJSON_AddStringToObject(root, "isa", r->isa);
+    cJSON_AddStringToObject(root, "policy", r->policy);
+    cJSON_AddStringToObject(root, "started", r->started);
+    add_num(root, "seconds", r->seconds);
+    cJSON *s = cJSON_AddObjectToObject(root, "summary");
+    if (s) {
+        cJSON_AddNumberToObject(s, "checks", r->n);
+        cJSON_AddNumberToObject(s, "passed", r->n_pass);
+        cJSON_AddNumberToObject(s, "failed", r->n_fail);
+        cJSON_AddNumberToObject(s, "skipped", r->n_skip);
+        cJSON_AddNumberToObject(s, "errors", r->n_error);
+    }
+    cJSON *arr = cJSON_AddArrayToObject(root, "checks");
+    for (int i = 0; arr && i < r->n; i++) {
+        cJSON *o = row_json(&r->rows[i]);
+        if (o) cJSON_AddItemToArray(arr, o);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+qc_status qc_report_json_write(const char *path, const qc_results *r, qc_err *err) {
+    char *text = qc_report_json_string(r);
+    if (!text) return qc_errf(err, QC_ERR_OOM, "%s: out of memory building the JSON report", path);
+    size_t n = strlen(text);
+    qc_status s = qc_cli_write_atomic(path, text, n, err);
+    cJSON_free(text);
+    return s;
+}

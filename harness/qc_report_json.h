@@ -1,0 +1,16 @@
+/* qc_report_json.h — the machine-readable report (`--json FILE`), schema-versioned.
+ * Non-finite numbers are written as the strings "NaN", "Infinity", "-Infinity" (cJSON would
+ * write null). Written atomically (temp file + rename). */
+#ifndef QC_REPORT_JSON_H
+#define QC_REPORT_JSON_H
+
+#include "qc/qc_status.h"
+#include "qc_report_results.h"
+
+#define QC_REPORT_JSON_SCHEMA_VERSION 1
+
+/* The report as a malloc'd JSON string (NULL on OOM). */
+char *qc_report_json_string(const qc_results *r);
+qc_status qc_report_json_write(const char *path, const qc_results *r, qc_err *err);
+
+#endif /* QC_REPORT_JSON_H */

@@ -1,0 +1,98 @@
+/* qc_report_results.c — the row store shared by the reports. */
+#include "qc_report_results.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+const char *qc_verdict_str(qc_verdict v) {
+    switch (v) {
+    case QC_VERDICT_PASS: return "PASS";
+    case QC_VERDICT_FAIL: return "FAIL";
+    case QC_VERDICT_SKIP: return "SKIP";
+    case QC_VERDICT_ERROR: return "ERROR";
+    }
+    return "?";
+}
+
+void qc_results_init(qc_results *r) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->isa, sizeof r->isa, "n/a");
+}
+
+void qc_results_free(qc_results *r) {
+    for (int i = 0; i < r->n; i++) free(r->rows[i].detail);
+    free(r->rows);
+    r->rows = NULL;
+    r->n = r->cap = 0;
+}
+
+qc_check_row *qc_results_add(qc_results *r, const qc_check_row *row) {
+    if (r->n == r->cap) {
+        int nc = r->cap ? 2 * r->cap : 64;
+        qc_check_row *nr = realloc(r->rows, (size_t)nc * sizeof *nr);
+        if (!nr) {
+            free(row->detail);
+            return NULL;
+        }
+        r->rows = nr;
+        r->cap = nc;
+    }
+    qc_check_row *d = &r->rows[r->n++];
+    *d = *row;
+    switch (row->verdict) {
+    case QC_VERDICT_PASS: r->n_pass++; break;
+    case QC_VERDICT_FAIL: r->n_fail++; break;
+    case QC_VERDICT_SKIP: r->n_skip++; break;
+    case QC_VERDICT_ERROR: r->n_error++; break;
+    }
+    return d;
+}
+
+void qc_results_fill_provenance(qc_results *r) {
+    struct utsname u;
+    char cpu[160] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "model name", 10) == 0) {
+                char *c = strchr(line, ':');
+                if (c) {
+                    c++;
+                    while (*c == ' ' || *c == '\t') c++;
+                    c[strcspn(c, "\n")] = 0;
+                    snprintf(cpu, sizeof cpu, "%s", c);
+                }
+                break;
+            }
+        }
+        fclose(f);
+    }
+    if (uname(&u) == 0)
+        snprintf(r->machine, sizeof r->machine, "%s %s %s, %s", u.sysname, u.release, u.machine,
+                 cpu);
+    else
+        snprintf(r->machine, sizeof r->machine, "%s", cpu);
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(r->started, sizeof r->started, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+char *qc_strdup_printf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return NULL;
+    char *s = malloc((size_t)n + 1);
+    if (!s) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}

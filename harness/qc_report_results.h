@@ -1,0 +1,61 @@
+/* qc_report_results.h — the rows a check run produces, shared by the console, JSON and JUnit
+ * reports. One row = one (golden file, case, backend, mode, check). */
+#ifndef QC_REPORT_RESULTS_H
+#define QC_REPORT_RESULTS_H
+
+#include "qc/qc_status.h"
+#include "qc_metrics.h"
+#include "qc_policy.h"
+
+typedef enum {
+    QC_VERDICT_PASS = 0,
+    QC_VERDICT_FAIL,   /* conformance failure */
+    QC_VERDICT_SKIP,   /* not applicable / not run (reason in detail) */
+    QC_VERDICT_ERROR   /* could not run (I/O, format, backend error) */
+} qc_verdict;
+
+const char *qc_verdict_str(qc_verdict v); /* "PASS", "FAIL", "SKIP", "ERROR" */
+
+typedef struct {
+    char golden[1024];     /* golden file path */
+    char stem[128];        /* golden file stem (report classname prefix) */
+    char case_name[64];    /* case, or "_model" for file-level checks */
+    char backend[32];      /* "reference", "optimized" or "-" */
+    char mode[32];         /* "static", "dynamic", "nokv" or "-" */
+    char check[64];        /* check name, e.g. "prefill.logits", "static_eq_dynamic" */
+    qc_verdict verdict;
+    int has_metrics;       /* 1: m and tol are meaningful */
+    qc_metrics m;          /* metrics (finished) */
+    qc_tol tol;            /* tolerance of the main tensor (first part) */
+    char tol_reason[256];  /* reason of the override that applied ("" = defaults) */
+    char keyline[320];     /* one line of key numbers (or the reason for SKIP / ERROR) */
+    char *detail;          /* malloc'd multi-line detail (summary, localisation, h5diff) or NULL */
+    double seconds;        /* wall time attributed to the row */
+} qc_check_row;
+
+typedef struct {
+    qc_check_row *rows;    /* [n] */
+    int n, cap;
+    int n_pass, n_fail, n_skip, n_error;
+    /* provenance for reports */
+    char tool_version[64];   /* "0.1.0 (abc1234)" */
+    char machine[256];       /* uname + CPU model */
+    char isa[256];           /* optimized backend describe() or "n/a" */
+    char policy[1024];       /* policy source */
+    char started[40];        /* ISO-8601 UTC start time */
+    double seconds;          /* total wall time */
+} qc_results;
+
+void qc_results_init(qc_results *r);
+void qc_results_free(qc_results *r);
+/* Append a copy of row (detail is taken over: the caller must not free it). Returns the stored
+ * row or NULL on OOM (detail freed). */
+qc_check_row *qc_results_add(qc_results *r, const qc_check_row *row);
+
+/* Fill machine (uname + /proc/cpuinfo model name) and started. */
+void qc_results_fill_provenance(qc_results *r);
+
+/* printf into a fresh malloc'd string (NULL on OOM). */
+char *qc_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif /* QC_REPORT_RESULTS_H */

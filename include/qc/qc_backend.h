@@ -1,0 +1,72 @@
+/* qc_backend.h — the backend interface: a whole-model forward pass behind function pointers.
+ *
+ * A backend owns its forward pass (and any repacked weights / scratch, allocated once at
+ * create); it shares the loader (qc_model), the state (qc_state) and the prefill controller.
+ *
+ * forward(tokens[n], start_pos, state, logits, all_logits):
+ *   processes tokens at positions start_pos .. start_pos+n-1 against `state` and updates it
+ *   (k/v cache slots start_pos.., conv_state, recurrent_state). It never resets the state; it
+ *   never changes state->pos (the controller does). n > 1 is a parallel prefill (projections
+ *   over all n tokens, causal attention within the call against the cache, DeltaNet by the
+ *   chunked algorithm or the recurrence per opts.dn_kernel).
+ *   logits: NULL (skip the lm_head), or [n, V] when all_logits, or [1, V] (last position).
+ *   Errors (QC_ERR_RANGE): n < 1, n > opts.max_tokens, start_pos + n > state capacity, a token
+ *   id outside [0, V). On error the state may be partially updated only if the error is raised
+ *   after validation (never for these argument errors).
+ *
+ * Options read at every call: dn_kernel, chunk_size, trace, trace_user (may be changed
+ * between calls). Fixed at create: n_threads, max_tokens.
+ */
+#ifndef QC_BACKEND_H
+#define QC_BACKEND_H
+
+#include <stdint.h>
+
+#include "qc/qc_model.h"
+#include "qc/qc_state.h"
+#include "qc/qc_status.h"
+
+typedef enum { QC_DN_CHUNKED = 0, QC_DN_RECURRENT = 1 } qc_dn_kernel;
+
+/* Trace hook: called once per forward for each hidden-state checkpoint `index` in 0..L:
+ *   index 0 = embeddings, index i (1..L-1) = output of layer i-1, index L = after the final
+ *   norm (Hugging Face's hidden_states convention). data is [n_tokens, dim] for positions
+ *   start_pos .. start_pos+n_tokens-1. `name` is "hidden". The data is only valid during the
+ *   call. */
+typedef void (*qc_trace_fn)(void *user, int index, const char *name, int start_pos,
+                            int n_tokens, int dim, const float *data);
+
+typedef struct {
+    qc_dn_kernel dn_kernel; /* multi-token DeltaNet: chunked (default) or token recurrence */
+    int chunk_size;         /* chunked DeltaNet chunk size (default 64) */
+    int n_threads;          /* optimized backend threads (0 = OpenMP default); ignored by ref */
+    int max_tokens;         /* largest n accepted by forward (scratch is sized for it) */
+    qc_trace_fn trace;      /* optional hidden-state hook (NULL = none) */
+    void *trace_user;
+} qc_backend_opts;
+
+/* dn_kernel chunked, chunk_size 64, n_threads 0, max_tokens 128, no trace. */
+void qc_backend_opts_default(qc_backend_opts *o);
+
+typedef struct qc_backend qc_backend;
+struct qc_backend {
+    const char *name;        /* "reference" or "optimized" */
+    const qc_model *model;   /* borrowed; must outlive the backend */
+    qc_backend_opts opts;
+    void *impl;              /* backend-private */
+    qc_status (*forward)(qc_backend *be, const int32_t *tokens, int n, int start_pos,
+                         qc_state *st, float *logits, int all_logits, qc_err *err);
+    void (*destroy)(qc_backend *be); /* frees impl and be itself */
+    const char *(*describe)(const qc_backend *be); /* e.g. "optimized (AVX-512, 2 threads)" */
+};
+
+qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
+                              qc_err *err);
+qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
+                              qc_err *err);
+/* By name: "reference" or "optimized". */
+qc_status qc_backend_create(const char *name, const qc_model *m, const qc_backend_opts *o,
+                            qc_backend **out, qc_err *err);
+void qc_backend_destroy(qc_backend *be); /* NULL-safe */
+
+#endif /* QC_BACKEND_H */

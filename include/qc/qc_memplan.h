@@ -1,0 +1,108 @@
+/* qc_memplan.h — memory planning: estimate what a run will allocate BEFORE allocating it, and
+ * refuse cleanly (QC_ERR_OOM, exit code 2) instead of being killed by the OS.
+ *
+ * The estimate adds up, with 64-bit overflow checks:
+ *   weights  the weight storage: every tensor of the config in `weight_dtype` (A_log and the
+ *            gated-norm weight always F32, as real checkpoints and qc_model_synthetic store
+ *            them); mmapped checkpoints are counted too (their pages are touched by a forward);
+ *   backend  the backend's private memory for opts.max_tokens tokens: fp32 copies of the small
+ *            vectors, the activation scratch, the chunked-DeltaNet scratch ([max_tokens]^2 for
+ *            one chunk of max_tokens) and, for "optimized", one repacked copy of the matrices;
+ *   state    qc_state for max_context_len positions (exactly qc_state_bytes' formula);
+ *   runner   what the caller keeps: logits rows [n_logit_rows, V], captured hidden states
+ *            [L+1, n_hidden_tokens, H], and n_state_copies extra states (golden prefill /
+ *            decode states trimmed to max_context_len positions at most).
+ * plus a fixed 64 MiB allowance for the process itself (libraries, HDF5 caches, stacks).
+ *
+ * The limit is `--max-memory SIZE` ("8G", "512M", "1.5GiB", "123456789") or, by default, the
+ * memory the machine can still give: /proc/meminfo MemAvailable, lowered to the cgroup limit
+ * (v2 memory.max - memory.current, or v1 memory.limit_in_bytes - memory.usage_in_bytes) when
+ * one applies.
+ *
+ * Typical use (record / bench / check, before creating the model, the backend and the state):
+ *   qc_memplan_req rq; qc_memplan_req_init(&rq, &cfg, QC_BF16, "reference", ctx, max_tokens);
+ *   rq.n_logit_rows = T + S;
+ *   if ((st = qc_memplan_enforce(&rq, max_memory_flag_or_NULL, "record", &plan, err))) fail;
+ */
+#ifndef QC_MEMPLAN_H
+#define QC_MEMPLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qc/qc_config.h"
+#include "qc/qc_model.h"
+#include "qc/qc_status.h"
+
+#define QC_MEMPLAN_OVERHEAD ((uint64_t)64 << 20) /* fixed process allowance: 64 MiB */
+
+typedef struct {
+    const qc_config *cfg;    /* model dimensions (borrowed) */
+    qc_dtype weight_dtype;   /* storage dtype of the weight matrices */
+    uint64_t weight_bytes;   /* 0: computed from cfg + weight_dtype; else this exact count
+                                (e.g. qc_model_weight_bytes of a loaded model) */
+    const char *backend;     /* "reference", "optimized" or "all" (both at once) */
+    int max_context_len;     /* state capacity in positions (>= 1) */
+    int max_tokens;          /* backend opts.max_tokens (>= 1) */
+    int n_logit_rows;        /* logits rows [rows, V] the caller keeps (>= 0) */
+    int n_hidden_tokens;     /* tokens whose [L+1, ., H] hidden states are captured (>= 0) */
+    int n_state_copies;      /* extra full states kept by the caller (>= 0) */
+} qc_memplan_req;
+
+typedef struct {
+    uint64_t weights;        /* bytes: weight storage */
+    uint64_t backend;        /* bytes: backend-private copies + scratch */
+    uint64_t state;          /* bytes: one qc_state of max_context_len positions */
+    uint64_t runner;         /* bytes: logits rows, hidden captures, state copies */
+    uint64_t overhead;       /* bytes: QC_MEMPLAN_OVERHEAD */
+    uint64_t total;          /* bytes: the sum */
+} qc_memplan;
+
+/* rq with the given fields and n_logit_rows = n_hidden_tokens = n_state_copies = 0. */
+void qc_memplan_req_init(qc_memplan_req *rq, const qc_config *cfg, qc_dtype weight_dtype,
+                         const char *backend, int max_context_len, int max_tokens);
+
+/* Estimate. QC_ERR_ARG for bad request fields; QC_ERR_RANGE when a product overflows 64
+ * bits (the message names the term). */
+qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err *err);
+
+/* Bytes of weight storage of a config (see the header comment), overflow-checked. */
+qc_status qc_memplan_weight_bytes(const qc_config *cfg, qc_dtype dtype, uint64_t *bytes,
+                                  qc_err *err);
+
+/* Parse a size: decimal digits with an optional fraction, then an optional unit K, M, G, T
+ * (powers of 1024; "KB"/"KiB"... accepted, case-insensitive) or B. "0", negative, junk or a
+ * value >= 2^63 -> QC_ERR_ARG "--max-memory: '8Q' is not a size (e.g. 8G, 512M)". `what`
+ * names the source ("--max-memory"). */
+qc_status qc_memplan_parse_size(const char *s, const char *what, uint64_t *bytes, qc_err *err);
+
+/* MemAvailable from meminfo text (the contents of /proc/meminfo). */
+qc_status qc_memplan_parse_meminfo(const char *text, uint64_t *bytes, qc_err *err);
+
+/* The memory this process can still get: MemAvailable, lowered to a cgroup limit if any. */
+qc_status qc_memplan_available(uint64_t *bytes, qc_err *err);
+
+/* The limit: qc_memplan_parse_size(max_memory) when non-NULL, else qc_memplan_available. */
+qc_status qc_memplan_limit(const char *max_memory, uint64_t *limit, qc_err *err);
+
+/* QC_OK when bytes_needed <= limit, else QC_ERR_OOM
+ * "<what>: needs 12.34 GiB > limit 8.00 GiB (--max-memory)". */
+qc_status qc_memplan_check(uint64_t bytes_needed, uint64_t limit, const char *what,
+                           qc_err *err);
+
+/* estimate + limit + check in one call; *plan (may be NULL) receives the estimate. On refusal
+ * the message also carries the breakdown ("weights 1.50 GiB, backend ..., state ..."). */
+qc_status qc_memplan_enforce(const qc_memplan_req *rq, const char *max_memory, const char *what,
+                             qc_memplan *plan, qc_err *err);
+
+/* "weights 1.50 GiB + backend 0.10 GiB + state 0.75 GiB + runner 0.01 GiB + overhead 0.06
+ * GiB = 2.42 GiB". Returns buf. */
+const char *qc_memplan_str(const qc_memplan *p, char *buf, size_t n);
+
+/* Peak resident set size of this process so far (VmHWM of /proc/self/status), 0 if unknown. */
+uint64_t qc_memplan_peak_rss(void);
+
+/* bytes / 2^30 (for messages and reports). */
+double qc_memplan_gib(uint64_t bytes);
+
+#endif /* QC_MEMPLAN_H */

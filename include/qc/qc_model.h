@@ -1,0 +1,99 @@
+/* qc_model.h — a loaded Qwen3.5 text model: config + typed weight views.
+ *
+ * Ownership: qc_model_load / qc_model_synthetic return a model that owns its memory (mmaps of
+ * the safetensors files and any buffers made at load, e.g. from the legacy packed layout);
+ * qc_model_free releases all of it. Tensor views stay valid until then. Weights keep their
+ * stored dtype (F32 / BF16 / F16); a backend converts or repacks as it likes.
+ */
+#ifndef QC_MODEL_H
+#define QC_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qc/qc_config.h"
+#include "qc/qc_status.h"
+
+typedef enum { QC_F32 = 0, QC_BF16 = 1, QC_F16 = 2 } qc_dtype;
+
+const char *qc_dtype_str(qc_dtype t);     /* "F32", "BF16", "F16" */
+size_t qc_dtype_size(qc_dtype t);         /* 4, 2, 2 */
+
+typedef struct {
+    qc_dtype dtype;      /* storage type */
+    int ndim;            /* 0 when the tensor is absent (not used by this layer kind) */
+    int64_t shape[4];    /* PyTorch order, [out, in] for linear weights */
+    const void *data;    /* row-major, little-endian, NOT necessarily aligned */
+} qc_tensor;
+
+size_t qc_tensor_numel(const qc_tensor *t);
+/* Element i widened to float (bf16: bits << 16; f16: IEEE half). */
+float qc_tensor_get(const qc_tensor *t, size_t i);
+/* All elements widened to float into dst[numel]. */
+void qc_tensor_to_f32(const qc_tensor *t, float *dst);
+
+/* Scalar conversions (exact). */
+float qc_bf16_to_f32(uint16_t h);
+float qc_f16_to_f32(uint16_t h);
+uint16_t qc_f32_to_bf16(float f); /* round to nearest even (NaN kept quiet) */
+uint16_t qc_f32_to_f16(float f);  /* round to nearest even */
+
+typedef struct {
+    /* every layer */
+    qc_tensor input_norm;   /* [H] zero-centred: used as (1 + w) */
+    qc_tensor post_norm;    /* [H] zero-centred */
+    qc_tensor mlp_gate;     /* [I, H] */
+    qc_tensor mlp_up;       /* [I, H] */
+    qc_tensor mlp_down;     /* [H, I] */
+    /* full attention layers (absent on linear layers) */
+    qc_tensor q_proj;       /* [2*nh*hd, H], rows per head: [query (hd) | gate (hd)] */
+    qc_tensor k_proj;       /* [nkv*hd, H] */
+    qc_tensor v_proj;       /* [nkv*hd, H] */
+    qc_tensor o_proj;       /* [H, nh*hd] */
+    qc_tensor q_norm;       /* [hd] zero-centred */
+    qc_tensor k_norm;       /* [hd] zero-centred */
+    /* linear attention (Gated DeltaNet) layers (absent on full layers) */
+    qc_tensor in_proj_qkv;  /* [C, H], C = 2*nk*dk + nv*dv, rows [q | k | v], head-major */
+    qc_tensor in_proj_z;    /* [nv*dv, H] */
+    qc_tensor in_proj_b;    /* [nv, H] */
+    qc_tensor in_proj_a;    /* [nv, H] */
+    qc_tensor conv1d;       /* [C, 1, K] depthwise, no bias; w[..., K-1] hits the current token */
+    qc_tensor dt_bias;      /* [nv] */
+    qc_tensor A_log;        /* [nv] */
+    qc_tensor lin_norm;     /* [dv] gated RMSNorm weight, used as w (NO +1) */
+    qc_tensor out_proj;     /* [H, nv*dv] */
+} qc_layer_weights;
+
+typedef struct qc_model {
+    qc_config cfg;
+    qc_tensor embed;          /* [V, H] */
+    qc_tensor final_norm;     /* [H] zero-centred */
+    qc_tensor lm_head;        /* [V, H]; a copy of `embed`'s view when tied */
+    qc_layer_weights *layers; /* [n_layers] */
+    int n_tensors_loaded;     /* text tensors used */
+    int n_tensors_skipped;    /* model.visual.* and mtp.* tensors skipped */
+    int legacy_packed;        /* 1 if the Qwen3-Next packed layout was split at load */
+    char dir[1024];           /* model directory ("" for synthetic) */
+    char config_sha256[65];   /* hex SHA-256 of config.json bytes ("" for synthetic) */
+    char weights_sha256[65];  /* hex SHA-256 of the weight files' bytes, concatenated in
+                                 ascending file-name order ("" for synthetic) */
+    void *priv;               /* loader-private: mmaps and owned buffers */
+} qc_model;
+
+/* Load a Hugging Face Qwen3.5 checkpoint directory (config.json + model.safetensors or
+ * model.safetensors.index.json + shards). On error *out is NULL and err names the file and
+ * the tensor or field. */
+qc_status qc_model_load(const char *dir, qc_model **out, qc_err *err);
+
+/* A model with the given config and seeded random weights in memory, every tensor stored as
+ * `dtype` except A_log and lin_norm (always F32, as real checkpoints). Weight scales are
+ * realistic (norm offsets near 0, gated-norm weight near 1, decays from fast to slow). */
+qc_status qc_model_synthetic(const qc_config *cfg, qc_dtype dtype, uint64_t seed, qc_model **out,
+                             qc_err *err);
+
+/* Bytes of weight storage the model holds (for memory planning / bench reports). */
+size_t qc_model_weight_bytes(const qc_model *m);
+
+void qc_model_free(qc_model *m);
+
+#endif /* QC_MODEL_H */

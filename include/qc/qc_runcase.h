@@ -1,0 +1,39 @@
+/* qc_runcase.h — run one golden-shaped case through a backend and a prefill strategy, and
+ * collect everything the golden schema holds (logits, hidden states, state buffers, decode).
+ *
+ * Used by `record` (greedy decode: the runtime picks each token) and by the checker
+ * (teacher-forced decode: the golden's tokens are fed). Ownership: the result `out` owns its
+ * arrays; free with qc_case_free.
+ */
+#ifndef QC_RUNCASE_H
+#define QC_RUNCASE_H
+
+#include <stdint.h>
+
+#include "qc/qc_backend.h"
+#include "qc/qc_golden.h"
+#include "qc/qc_prefill.h"
+
+typedef struct {
+    const int32_t *history;   /* [n_history] replayed first (one prefill), or NULL */
+    int n_history;
+    const int32_t *tokens;    /* [n_tokens] the prompt, at position n_history */
+    int n_tokens;
+    int n_decode;             /* S decode steps */
+    const int32_t *forced;    /* [S] teacher-forced decode tokens, or NULL = greedy */
+    int capture_hidden;       /* 1: fill out->prefill_hidden via the trace hook */
+    qc_runner_faults faults;  /* test-only fault hooks (all 0 normally) */
+    int garbage_state;        /* 1: fill the state with NaN, then reset, before running */
+} qc_case_input;
+
+/* Run the case on a fresh state of capacity profile->max_context_len. Fills out->name (copied
+ * from `name`), start_pos, tokens, history, prefill_logits [T,V], prefill_hidden [L+1,T,H]
+ * (when asked), prefill_state (trimmed to start_pos+T), decode_tokens / decode_logits /
+ * decode_margins [S] and decode_state (trimmed to start_pos+T+S). */
+qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *name,
+                      const qc_case_input *in, qc_golden_case *out, qc_err *err);
+
+/* Free the arrays of a case produced by qc_run_case or qc_golden_open (not the struct). */
+void qc_case_free(const qc_config *cfg, qc_golden_case *c);
+
+#endif /* QC_RUNCASE_H */

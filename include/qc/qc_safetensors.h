@@ -1,0 +1,69 @@
+/* qc_safetensors.h — validating safetensors reader (header parse over the whole file bytes,
+ * read-only mmap of files).
+ *
+ * File layout: u64 little-endian header length N, N bytes of JSON header, data region.
+ * The header is an object {name: {"dtype","shape","data_offsets":[begin,end]}, ...} plus an
+ * optional "__metadata__" object of string values. Validation (each failure is one message
+ * naming the file and the tensor / field):
+ *   - file >= 8 bytes; 2 <= N <= QC_ST_MAX_HEADER and N <= file_len - 8      (QC_ERR_FORMAT)
+ *   - header is well-formed JSON, an object; entries are objects             (QC_ERR_FORMAT)
+ *   - dtype F32 / BF16 / F16; other safetensors dtypes -> QC_ERR_UNSUPPORTED;
+ *     an unknown dtype string -> QC_ERR_FORMAT
+ *   - shape: array of integers >= 0, at most QC_ST_MAX_DIMS; product and byte size
+ *     without 64-bit overflow                                                (QC_ERR_FORMAT)
+ *   - shape * itemsize == end - begin; 0 <= begin <= end <= data size        (QC_ERR_FORMAT)
+ *   - the spans tile the data region exactly: no overlap, no gap, nothing
+ *     after the last tensor; names unique                                    (QC_ERR_FORMAT)
+ */
+#ifndef QC_SAFETENSORS_H
+#define QC_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qc/qc_model.h"
+#include "qc/qc_status.h"
+
+#define QC_ST_MAX_DIMS 8
+#define QC_ST_MAX_HEADER ((uint64_t)100000000) /* 100 MB, as the reference implementation */
+
+typedef struct {
+    char *name;                      /* tensor name (owned, NUL-terminated) */
+    qc_dtype dtype;                  /* storage type */
+    int ndim;                        /* 0..QC_ST_MAX_DIMS (0 = scalar) */
+    int64_t shape[QC_ST_MAX_DIMS];   /* [ndim] */
+    uint64_t numel;                  /* product of shape (1 for a scalar) */
+    uint64_t begin, end;             /* byte span relative to the data region */
+    const uint8_t *data;             /* file bytes + 8 + header_len + begin (unaligned) */
+} qc_st_tensor;
+
+typedef struct {
+    char path[1024];          /* file path as given (for messages) */
+    const uint8_t *bytes;     /* whole file (mmap or caller's buffer) */
+    size_t file_len;          /* bytes in the file */
+    uint64_t header_len;      /* N */
+    const uint8_t *data;      /* start of the data region */
+    uint64_t data_len;        /* file_len - 8 - N */
+    int n_tensors;            /* entries (metadata excluded) */
+    qc_st_tensor *tensors;    /* [n_tensors], sorted by name */
+    int n_metadata;           /* string entries in __metadata__ */
+    void *map;                /* mmap base (NULL when parsed from a caller buffer) */
+    size_t map_len;           /* mmap length */
+} qc_st_file;
+
+/* Parse and validate a whole safetensors file held in memory (buf[file_len]); `path` is used
+ * in messages only. The tensor views point into buf, which must outlive `out`. On error `out`
+ * is left empty (nothing to free, but qc_st_close is harmless). Never reads outside buf. */
+qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_st_file *out,
+                      qc_err *err);
+
+/* open(O_RDONLY) + mmap(PROT_READ) + qc_st_parse. */
+qc_status qc_st_open(const char *path, qc_st_file *out, qc_err *err);
+
+/* Tensor by exact name (binary search), or NULL. */
+const qc_st_tensor *qc_st_find(const qc_st_file *f, const char *name);
+
+/* Free the tensor table and unmap (if mapped). Leaves *f zeroed. */
+void qc_st_close(qc_st_file *f);
+
+#endif /* QC_SAFETENSORS_H */

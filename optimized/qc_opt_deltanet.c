@@ -1,0 +1,265 @@
+/* qc_opt_deltanet.c — the Gated DeltaNet mixer of the optimized backend.
+ *
+ * Projections (one packed GEMM / matvec over in_proj_qkv | z | b | a), causal depthwise conv +
+ * SiLU vectorised over channels, per-head l2norm / beta / g, then per value head (split across
+ * threads) either the token recurrence or the chunked algorithm of qwen35-architecture.md 5.1
+ * with every product a blocked gemm_nn:
+ *   A  = -(kb K^T * D)  (strictly lower)          D[r,s] = exp(gam_r - gam_s)
+ *   (I - A) [U | Wn] = [beta v | -kb exp(gam)]     forward substitution, row by row
+ *   Vn = U + Wn S
+ *   O  = (Q exp(gam)) S + (Q K^T * D, incl. diag) Vn
+ *   S  = exp(gam_last) S + (K exp(gam_last - gam))^T Vn
+ * The end padding of the last chunk is not materialised (padded tokens have k = 0, beta = 0,
+ * g = 0 and change nothing), so a chunk is min(chunk, remaining) tokens.
+ */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "qc_opt_internal.h"
+
+/* ===================================================================================== */
+/* Scratch                                                                                */
+/* ===================================================================================== */
+
+static int vec_len(const qc_config *c) {
+    int m = c->lin_k_dim > c->lin_v_dim ? c->lin_k_dim : c->lin_v_dim;
+    if (c->head_dim > m) m = c->head_dim;
+    return (m + 64 + 15) / 16 * 16;
+}
+
+size_t qc_opt_dn_thread_floats(const qc_config *c, int cmax) {
+    size_t dk = (size_t)c->lin_k_dim, dv = (size_t)c->lin_v_dim, cm = (size_t)cmax;
+    return 3 * cm + cm * dk /*kb*/ + 2 * dk * cm /*KT KdT*/ + 3 * cm * cm /*D A P*/ +
+           cm * dk /*Wn*/ + cm * dv /*Vn*/ + cm * dk /*Qg*/ + (size_t)vec_len(c) + 64 + 16 * 16;
+}
+
+void qc_opt_dn_thread_init(qc_opt_thread *t, const qc_config *c, int cmax, float *buf) {
+    size_t dk = (size_t)c->lin_k_dim, dv = (size_t)c->lin_v_dim, cm = (size_t)cmax;
+    float *p = buf;
+#define TAKE(field, count) \
+    do {                   \
+        t->field = p;      \
+        p += (count);      \
+    } while (0)
+    TAKE(gam, cm);
+    TAKE(eg, cm);
+    TAKE(tmp, cm);
+    TAKE(kb, cm * dk);
+    TAKE(KT, dk * cm);
+    TAKE(KdT, dk * cm);
+    TAKE(D, cm * cm);
+    TAKE(A, cm * cm);
+    TAKE(P, cm * cm);
+    TAKE(Wn, cm * dk);
+    TAKE(Vn, cm * dv);
+    TAKE(Qg, cm * dk);
+    TAKE(vec, (size_t)vec_len(c));
+    TAKE(sc, 64);
+#undef TAKE
+}
+
+/* ===================================================================================== */
+/* Per-head kernels                                                                       */
+/* ===================================================================================== */
+
+typedef struct {
+    int n, nv, dk, dv;
+    const float *q;  /* q of this head's key head, token t at q + t * ldqk */
+    const float *k;  /* likewise */
+    long ldqk;       /* C */
+    const float *v;  /* token t at v + t * ldqk */
+    const float *bg; /* beta at bg[t * 2nv], g at bg[t * 2nv + nv] (already offset by head) */
+    float *o;        /* token t at o + t * ldo */
+    long ldo;
+} dn_head;
+
+/* token recurrence (qwen35-architecture.md 4.3 step 7) */
+static void dn_recurrent_head(const qc_opt_kernels *K, const dn_head *a, float *S, float *kv) {
+    const int dk = a->dk, dv = a->dv, nv2 = 2 * a->nv;
+    for (int t = 0; t < a->n; t++) {
+        const float *q = a->q + t * a->ldqk, *k = a->k + t * a->ldqk, *v = a->v + t * a->ldqk;
+        const float beta = a->bg[t * nv2], eg = expf(a->bg[t * nv2 + a->nv]);
+        float *o = a->o + t * a->ldo;
+        memset(kv, 0, (size_t)dv * sizeof(float));
+        for (int i = 0; i < dk; i++) {
+            K->scale(S + (size_t)i * dv, eg, dv);
+            K->axpy(kv, k[i], S + (size_t)i * dv, dv);
+        }
+        for (int j = 0; j < dv; j++) kv[j] = beta * (v[j] - kv[j]);
+        memset(o, 0, (size_t)dv * sizeof(float));
+        for (int i = 0; i < dk; i++) {
+            K->axpy(S + (size_t)i * dv, k[i], kv, dv);
+            K->axpy(o, q[i], S + (size_t)i * dv, dv);
+        }
+    }
+}
+
+/* chunked algorithm (qwen35-architecture.md 5.1), chunks of `chunk` tokens */
+static void dn_chunked_head(const qc_opt_kernels *K, const dn_head *a, float *S, int chunk,
+                            int cm, qc_opt_thread *w) {
+    const int dk = a->dk, dv = a->dv, nv2 = 2 * a->nv;
+    for (int c0 = 0; c0 < a->n; c0 += chunk) {
+        const int Lc = a->n - c0 < chunk ? a->n - c0 : chunk;
+        const float *Q = a->q + c0 * a->ldqk, *Kr = a->k + c0 * a->ldqk, *V = a->v + c0 * a->ldqk;
+        const float *bg = a->bg + c0 * nv2;
+        float *O = a->o + c0 * a->ldo;
+        /* gamma = cumsum(g); eg = exp(gamma) */
+        float acc = 0.0f;
+        for (int r = 0; r < Lc; r++) {
+            acc += bg[r * nv2 + a->nv];
+            w->gam[r] = acc;
+        }
+        K->vexp(w->eg, w->gam, Lc);
+        const float glast = w->gam[Lc - 1];
+        /* kb = beta k; KT = k^T; KdT = (k exp(glast - gam))^T; Qg = q exp(gam) */
+        for (int r = 0; r < Lc; r++) w->tmp[r] = glast - w->gam[r];
+        K->vexp(w->tmp, w->tmp, Lc);
+        for (int r = 0; r < Lc; r++) {
+            const float *kr = Kr + r * a->ldqk, *qr = Q + r * a->ldqk;
+            const float beta = bg[r * nv2];
+            float *kbr = w->kb + (size_t)r * dk, *qg = w->Qg + (size_t)r * dk;
+            for (int i = 0; i < dk; i++) {
+                kbr[i] = beta * kr[i];
+                w->KT[(size_t)i * cm + r] = kr[i];
+                w->KdT[(size_t)i * cm + r] = kr[i] * w->tmp[r];
+                qg[i] = qr[i] * w->eg[r];
+            }
+        }
+        /* D[r, s] = exp(gam_r - gam_s) for s <= r */
+        for (int r = 0; r < Lc; r++) {
+            float *Dr = w->D + (size_t)r * cm;
+            for (int s = 0; s <= r; s++) Dr[s] = w->gam[r] - w->gam[s];
+            K->vexp(Dr, Dr, r + 1);
+        }
+        /* A = -(kb K^T * D) strictly lower; P = (Q K^T * D) lower incl. diagonal */
+        K->gemm_nn(Lc, Lc, dk, w->kb, dk, w->KT, cm, w->A, cm, 0);
+        K->gemm_nn(Lc, Lc, dk, Q, a->ldqk, w->KT, cm, w->P, cm, 0);
+        for (int r = 0; r < Lc; r++) {
+            float *Ar = w->A + (size_t)r * cm, *Pr = w->P + (size_t)r * cm;
+            const float *Dr = w->D + (size_t)r * cm;
+            for (int s = 0; s < r; s++) Ar[s] = -(Ar[s] * Dr[s]);
+            for (int s = r; s < Lc; s++) Ar[s] = 0.0f;
+            for (int s = 0; s <= r; s++) Pr[s] = Pr[s] * Dr[s];
+            for (int s = r + 1; s < Lc; s++) Pr[s] = 0.0f;
+        }
+        /* forward substitution: U_r = beta_r v_r + sum_{s<r} A[r,s] U_s (U kept in Vn),
+         * Wn_r = -kb_r exp(gam_r) + sum_{s<r} A[r,s] Wn_s */
+        for (int r = 0; r < Lc; r++) {
+            float *Ur = w->Vn + (size_t)r * dv, *Wr = w->Wn + (size_t)r * dk;
+            const float beta = bg[r * nv2], e = w->eg[r];
+            const float *vr = V + r * a->ldqk, *kbr = w->kb + (size_t)r * dk;
+            for (int j = 0; j < dv; j++) Ur[j] = beta * vr[j];
+            for (int i = 0; i < dk; i++) Wr[i] = -(kbr[i] * e);
+            if (r > 0) {
+                K->gemm_nn(1, dv, r, w->A + (size_t)r * cm, cm, w->Vn, dv, Ur, dv, 1);
+                K->gemm_nn(1, dk, r, w->A + (size_t)r * cm, cm, w->Wn, dk, Wr, dk, 1);
+            }
+        }
+        /* Vn = U + Wn S */
+        K->gemm_nn(Lc, dv, dk, w->Wn, dk, S, dv, w->Vn, dv, 1);
+        /* O = Qg S + P Vn */
+        K->gemm_nn(Lc, dv, dk, w->Qg, dk, S, dv, O, a->ldo, 0);
+        K->gemm_nn(Lc, dv, Lc, w->P, cm, w->Vn, dv, O, a->ldo, 1);
+        /* S = exp(glast) S + KdT Vn */
+        K->scale(S, w->eg[Lc - 1], dk * dv);
+        K->gemm_nn(dk, dv, Lc, w->KdT, cm, w->Vn, dv, S, dv, 1);
+    }
+}
+
+/* ===================================================================================== */
+/* The mixer                                                                              */
+/* ===================================================================================== */
+
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
+    const qc_config *c = &o->m->cfg;
+    const qc_layer_weights *W = &o->m->layers[l];
+    const qc_opt_layer *L = &o->layers[l];
+    const qc_opt_kernels *K = o->k;
+    const int H = c->hidden_size, nk = c->lin_n_k_heads, nv = c->lin_n_v_heads;
+    const int dk = c->lin_k_dim, dv = c->lin_v_dim, Kc = c->conv_kernel;
+    const int key_dim = nk * dk, vdim = nv * dv, C = qc_cfg_conv_dim(c), nv2 = 2 * nv;
+    const int T = o->nthreads;
+
+    /* 1. projections */
+    qc_opt_lin outs[4] = {{&W->in_proj_qkv, o->mix, C},
+                          {&W->in_proj_z, o->zb, vdim},
+                          {&W->in_proj_b, o->bab, nv2},
+                          {&W->in_proj_a, o->bab + nv, nv2}};
+    qc_opt_linear(o, o->xn, H, n, H, outs, 4);
+
+    /* 2. causal conv + SiLU over E = [conv_state | x^T]; y[t] uses columns t+1 .. t+K */
+    float *cs = st->conv_state[l];
+    for (int c_ = 0; c_ < C; c_++)
+        for (int j = 0; j < Kc; j++) o->est[(size_t)j * C + c_] = cs[(size_t)c_ * Kc + j];
+    const float *wT = L->conv_wT;
+    const float q_scale = (float)(1.0 / sqrt((double)dk));
+#pragma omp parallel for num_threads(T) schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *y = o->act + (size_t)t * C;
+        for (int j = 0; j < Kc; j++) {
+            const int idx = t + 1 + j;
+            const float *col = idx < Kc ? o->est + (size_t)idx * C : o->mix + (size_t)(idx - Kc) * C;
+            const float *wj = wT + (size_t)j * C;
+            if (j == 0)
+                for (int c_ = 0; c_ < C; c_++) y[c_] = wj[c_] * col[c_];
+            else
+                for (int c_ = 0; c_ < C; c_++) y[c_] = y[c_] + wj[c_] * col[c_];
+        }
+        K->silu(y, y, C);
+        /* 3. l2norm q, k per key head (fixed eps 1e-6), q *= 1/sqrt(dk); beta, g */
+        for (int hk = 0; hk < 2 * nk; hk++) {
+            float *x = y + (size_t)hk * dk;
+            const float inv = 1.0f / sqrtf(K->sumsq(x, dk) + 1e-6f);
+            for (int i = 0; i < dk; i++) x[i] = x[i] * inv;
+            if (hk < nk)
+                for (int i = 0; i < dk; i++) x[i] = x[i] * q_scale;
+        }
+        float *bg = o->bab + (size_t)t * nv2;
+        for (int h = 0; h < nv; h++) {
+            const float b = bg[h], a = bg[nv + h];
+            bg[h] = 1.0f / (1.0f + expf(-b));
+            bg[nv + h] = L->neg_expA[h] * softplus(a + L->dt_bias[h]);
+        }
+    }
+    for (int j = 0; j < Kc; j++) {
+        const int idx = n + j;
+        const float *col = idx < Kc ? o->est + (size_t)idx * C : o->mix + (size_t)(idx - Kc) * C;
+        for (int c_ = 0; c_ < C; c_++) cs[(size_t)c_ * Kc + j] = col[c_];
+    }
+
+    /* 4. the delta rule, one value head per task */
+    float *S0 = st->recurrent_state[l];
+    const int r = nv / nk;
+#pragma omp parallel for num_threads(T) schedule(static)
+    for (int h = 0; h < nv; h++) {
+        qc_opt_thread *w = &o->th[omp_get_thread_num()];
+        const int hk = h / r;
+        dn_head a = {.n = n, .nv = nv, .dk = dk, .dv = dv,
+                     .q = o->act + (size_t)hk * dk, .k = o->act + key_dim + (size_t)hk * dk,
+                     .ldqk = C, .v = o->act + 2 * key_dim + (size_t)h * dv,
+                     .bg = o->bab + h, .o = o->ob + (size_t)h * dv, .ldo = vdim};
+        float *S = S0 + (size_t)h * dk * dv;
+        if (chunk <= 0 || n == 1) dn_recurrent_head(K, &a, S, w->vec);
+        else dn_chunked_head(K, &a, S, chunk, o->cmax, w);
+    }
+
+    /* 5. gated RMSNorm per (token, head): y = w * (o * inv) * silu(z) */
+    const float eps = (float)c->rms_eps;
+#pragma omp parallel for num_threads(T) schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *sz = o->th[omp_get_thread_num()].vec;
+        for (int h = 0; h < nv; h++) {
+            float *x = o->ob + (size_t)t * vdim + (size_t)h * dv;
+            K->silu(sz, o->zb + (size_t)t * vdim + (size_t)h * dv, dv);
+            const float inv = 1.0f / sqrtf(K->sumsq(x, dv) / (float)dv + eps);
+            for (int j = 0; j < dv; j++) x[j] = L->lin_norm[j] * (x[j] * inv) * sz[j];
+        }
+    }
+
+    /* 6. out_proj */
+    qc_opt_lin oo = {&W->out_proj, o->u, H};
+    qc_opt_linear(o, o->ob, vdim, n, vdim, &oo, 1);
+}

@@ -1,0 +1,103 @@
+/* qc_opt_internal.h — private structures of the optimized backend (shared by
+ * qc_opt_backend.c and qc_opt_deltanet.c; not part of the public API).
+ *
+ * Threading: every parallel region splits work by output rows, tokens or heads; each output
+ * element is computed entirely by one thread in an order that does not depend on the split,
+ * so results are bit-identical for any thread count.
+ */
+#ifndef QC_OPT_INTERNAL_H
+#define QC_OPT_INTERNAL_H
+
+#include <stddef.h>
+
+#include "qc/qc_backend.h"
+#include "qc_opt_kernels.h"
+
+/* fp32 copies of the small per-layer weights, made at create */
+typedef struct {
+    float *in_norm1p;   /* [H] 1 + input_layernorm.weight */
+    float *post_norm1p; /* [H] 1 + post_attention_layernorm.weight */
+    float *q_norm1p;    /* [hd] 1 + q_norm (full layers) */
+    float *k_norm1p;    /* [hd] 1 + k_norm (full layers) */
+    float *conv_wT;     /* [K, C] conv taps, transposed: conv_wT[j*C + c] = conv1d[c, 0, j] */
+    float *neg_expA;    /* [nv] -exp(A_log) */
+    float *dt_bias;     /* [nv] */
+    float *lin_norm;    /* [dv] gated-norm weight (used as is) */
+} qc_opt_layer;
+
+/* per-thread DeltaNet chunk scratch (chunks of up to cmax tokens) */
+typedef struct {
+    float *gam;  /* [cmax] cumulative log-decay inside the chunk */
+    float *eg;   /* [cmax] exp(gam) */
+    float *tmp;  /* [cmax] */
+    float *kb;   /* [cmax, dk] beta * k */
+    float *KT;   /* [dk, cmax] k transposed */
+    float *KdT;  /* [dk, cmax] (k * exp(gam_last - gam)) transposed */
+    float *D;    /* [cmax, cmax] exp(gam_r - gam_s), s <= r */
+    float *A;    /* [cmax, cmax] -(kb K^T * D), strictly lower */
+    float *P;    /* [cmax, cmax] (Q K^T * D), lower incl. diagonal */
+    float *Wn;   /* [cmax, dk] -T (kb * exp(gam)) */
+    float *Vn;   /* [cmax, dv] U, then the new values U - W S */
+    float *Qg;   /* [cmax, dk] q * exp(gam) */
+    float *vec;  /* [max(dk, dv, hd) + 64] small vectors (recurrence kv, attention acc) */
+    float *sc;   /* [64] attention scores of one key block */
+} qc_opt_thread;
+
+typedef struct {
+    const qc_model *m;
+    const qc_opt_kernels *k; /* the chosen ISA's kernel table */
+    int nthreads;            /* threads of every parallel region */
+    int gemm_min;            /* n >= gemm_min: packed GEMM, else matrix-vector */
+    int max_tokens;          /* largest n */
+    int cmax;                /* DeltaNet chunk scratch capacity (tokens) */
+    int kp_max;              /* largest padded GEMM input dim */
+    char desc[160];          /* describe() text */
+
+    qc_opt_layer *layers;    /* [L] */
+    float *final_norm1p;     /* [H] */
+    float *inv_freq;         /* [rotary_dim / 2] */
+
+    /* activations, sized for max_tokens (N) */
+    float *h;      /* [N, H] residual stream */
+    float *xn;     /* [N, H] normed input of a block */
+    float *u;      /* [N, H] block output */
+    float *mix;    /* [N, max(C, 2 nh hd, I)] qkv / q_proj / mlp gate outputs */
+    float *zb;     /* [N, max(nv dv, I)] z / mlp up */
+    float *act;    /* [N, max(C, nh hd)] conv output / rotated queries */
+    float *ob;     /* [N, max(nv dv, nh hd)] DeltaNet / attention output */
+    float *kb;     /* [N, nkv hd] keys */
+    float *vb;     /* [N, nkv hd] values */
+    float *bab;    /* [N, 2 nv] b | a projections, then beta | g */
+    float *rope;   /* [N, rotary_dim] cos | sin per token */
+    float *est;    /* [K, C] conv state transposed */
+    float *xpack;  /* [ceil(N / NR), Kp_max, NR] packed token strips */
+    float **panel; /* [nthreads] -> [Kp_max / 16, MR, 16] packed weight panel */
+    qc_opt_thread *th; /* [nthreads] */
+    void **blocks; /* every allocation, for destroy */
+    int n_blocks, cap_blocks;
+} qc_opt;
+
+/* ---- DeltaNet (qc_opt_deltanet.c) ---- */
+
+/* Floats of per-thread chunk scratch for chunks of cmax tokens. */
+size_t qc_opt_dn_thread_floats(const qc_config *c, int cmax);
+/* Carve the views out of buf. */
+void qc_opt_dn_thread_init(qc_opt_thread *t, const qc_config *c, int cmax, float *buf);
+
+/* The Gated DeltaNet mixer of layer l over n tokens (xn -> o->u), updating conv_state and
+ * recurrent_state of `st`. chunk: effective chunk size (<= o->cmax) or 0 for the recurrence. */
+void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk);
+
+/* ---- shared helpers (qc_opt_backend.c) ---- */
+
+typedef struct {
+    const qc_tensor *w; /* weight [rows, K] */
+    float *y;           /* output rows: y[t * ldy + r] */
+    long ldy;
+} qc_opt_lin;
+
+/* y = x @ W^T for every output of outs (same input x [n, K], row stride ldx). */
+void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_opt_lin *outs,
+                   int nouts);
+
+#endif /* QC_OPT_INTERNAL_H */

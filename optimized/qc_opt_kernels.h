@@ -1,0 +1,99 @@
+/* qc_opt_kernels.h — the optimized backend's kernel table (ggml-style: a struct of function
+ * pointers, one instance per ISA), chosen once at run time.
+ *
+ * Three implementations: qc_opt_kernels_scalar.c (portable C, the fallback and the naive
+ * definition every fast kernel is tested against), qc_opt_kernels_avx2.c (AVX2 + FMA + F16C)
+ * and qc_opt_kernels_avx512.c (AVX-512F). The SIMD files compile every function with
+ * __attribute__((target(...))), so the library itself needs no -mavx flags; qc_opt_kernels_pick
+ * checks __builtin_cpu_supports and the QC_ISA environment variable (scalar|avx2|avx512 forces
+ * a lower ISA; asking for one the CPU lacks falls back to the best available).
+ *
+ * Numerics contract (what makes results bit-identical for any thread count): every output
+ * element of every kernel is computed by one call in a fixed order that depends only on the
+ * problem sizes, never on which rows / tokens / heads are processed together. In particular
+ *   - gemm_tile, gemm_nn: each C element is one sequential FMA chain over k (k = 0, 1, ...),
+ *     started from 0 or from the old C value; tiling, padding with zeros and tails do not
+ *     change it;
+ *   - matvec: each (row, token) dot product uses the same accumulator structure whatever rows
+ *     are grouped with it;
+ *   - elementwise kernels are per element.
+ * Activations and accumulation are fp32; 16-bit weights are widened in registers (matvec) or
+ * once per packed panel (gemm).
+ */
+#ifndef QC_OPT_KERNELS_H
+#define QC_OPT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qc/qc_model.h"
+
+/* k is padded to a multiple of this in packed GEMM panels and token strips */
+#define QC_OPT_KB 16
+/* the largest gemm_mr / gemm_nr of any ISA (scratch sizing) */
+#define QC_OPT_MR_MAX 12
+#define QC_OPT_NR_MAX 32
+
+typedef struct qc_opt_kernels {
+    const char *isa;  /* "AVX-512", "AVX2", "scalar" */
+    int gemm_mr;      /* weight rows per GEMM micro tile (<= QC_OPT_MR_MAX) */
+    int gemm_nr;      /* tokens per packed token strip (<= QC_OPT_NR_MAX) */
+
+    /* ---- projections: prefill GEMM (packed) ---- */
+
+    /* Pack rows r0..r0+mr-1 of W ([rows_total, K] row-major, dtype dt, data at W) into the fp32
+     * panel layout [Kp/16][gemm_mr][16] (Kp = K rounded up to 16); rows >= mr and k >= K are
+     * zero. */
+    void (*pack_w)(float *panel, const void *W, qc_dtype dt, int K, int mr);
+    /* Pack tokens t0..t0+nt-1 of x (row stride ldx) into one token strip [Kp][gemm_nr]
+     * (tokens >= nt and k >= K are zero). */
+    void (*pack_x)(float *strip, const float *x, int ldx, int K, int nt);
+    /* One micro tile: for r < mr, t < nt:
+     *   y[t*ldy + r] = sum_{k<Kp} panel(r, k) * strip(k, t)      (FMA chain over k from 0) */
+    void (*gemm_tile)(const float *panel, const float *strip, int Kp, float *y, long ldy, int mr,
+                      int nt);
+
+    /* ---- projections: decode / few-token matrix-vector ---- */
+
+    /* y[t*ldy + r] = dot(W row r, x[t*ldx ..]) for r < rows, t < n; W is [rows, K] row-major
+     * in dtype dt. */
+    void (*matvec)(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K,
+                   const float *x, long ldx, int n);
+
+    /* ---- small dense algebra (DeltaNet chunks, attention) ---- */
+
+    /* C[M,N] = (acc ? C : 0) + A[M,K] @ B[K,N]; row-major with leading dims; FMA chain over k. */
+    void (*gemm_nn)(int M, int N, int K, const float *A, long lda, const float *B, long ldb,
+                    float *C, long ldc, int acc);
+    float (*dot)(const float *a, const float *b, int n);     /* fixed-order dot product */
+    float (*sumsq)(const float *x, int n);                   /* fixed-order sum of squares */
+    void (*axpy)(float *y, float a, const float *x, int n);  /* y += a * x */
+    void (*scale)(float *y, float a, int n);                 /* y *= a */
+    void (*mul)(float *y, const float *a, const float *b, int n); /* y = a * b */
+
+    /* ---- elementwise transcendental kernels (vector exp: ~1 ulp, NaN propagates) ---- */
+    void (*vexp)(float *y, const float *x, int n);           /* y = exp(x) (may alias) */
+    void (*silu)(float *y, const float *x, int n);           /* y = x / (1 + exp(-x)) */
+    void (*silu_mul)(float *g, const float *u, int n);       /* g = silu(g) * u */
+    void (*sigmoid_mul)(float *y, const float *g, int n);    /* y *= 1 / (1 + exp(-g)) */
+} qc_opt_kernels;
+
+extern const qc_opt_kernels qc_opt_kernels_scalar;
+/* NULL when the compiler cannot target the ISA (never on x86-64 GCC / Clang). */
+extern const qc_opt_kernels *const qc_opt_kernels_avx2_ptr;
+extern const qc_opt_kernels *const qc_opt_kernels_avx512_ptr;
+
+/* Does this CPU run the table? (scalar: always) */
+int qc_opt_cpu_has_avx2(void);
+int qc_opt_cpu_has_avx512(void);
+
+/* The best table the CPU supports, lowered by env QC_ISA (scalar|avx2|avx512) when set.
+ * Never NULL. */
+const qc_opt_kernels *qc_opt_kernels_pick(void);
+/* By name ("scalar", "avx2", "avx512"); NULL when unknown or unsupported by this CPU. */
+const qc_opt_kernels *qc_opt_kernels_by_name(const char *name);
+
+/* Round k up to the packing block. */
+static inline int qc_opt_kpad(int K) { return (K + QC_OPT_KB - 1) / QC_OPT_KB * QC_OPT_KB; }
+
+#endif /* QC_OPT_KERNELS_H */

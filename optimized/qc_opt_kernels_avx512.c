@@ -1,0 +1,376 @@
+/* qc_opt_kernels_avx512.c — the AVX-512F kernel table.
+ *
+ * Every function carries __attribute__((target(...))): the library is built for the baseline
+ * ISA and this code only runs after qc_opt_kernels_pick has checked the CPU.
+ *
+ *   GEMM micro tile: 12 weight rows x 32 tokens = 24 zmm accumulators; per k two strip loads and
+ *     12 broadcasts from the packed panel [Kp/16][12][16] (16 k-steps fully unrolled, so every
+ *     broadcast is a constant offset from one pointer).
+ *   matvec: 4 rows per pass, two accumulators per row over 32-element blocks, 16-bit weights
+ *     widened in registers (bf16: zero-extend and shift; f16: vcvtph2ps).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "qc_opt_kernels.h"
+
+#define T512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define T512I __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline
+
+#define MR 12
+#define NR 32
+
+/* ===================================================================================== */
+/* Loads that widen                                                                       */
+/* ===================================================================================== */
+
+/* 16 elements at element index i of W (dtype dt), widened to fp32 */
+T512I __m512 ld16(const void *W, qc_dtype dt, size_t i) {
+    if (dt == QC_F32) return _mm512_loadu_ps((const float *)W + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)W + i));
+    if (dt == QC_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* the first m (< 16) elements at index i, zero-filled */
+T512I __m512 ld16_part(const void *W, qc_dtype dt, size_t i, int m) {
+    if (dt == QC_F32) return _mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1), (const float *)W + i);
+    uint16_t tmp[16] = {0};
+    memcpy(tmp, (const uint16_t *)W + i, (size_t)m * 2);
+    __m256i h = _mm256_loadu_si256((const __m256i *)tmp);
+    if (dt == QC_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+static inline float wscalar(const void *W, qc_dtype dt, size_t i) {
+    if (dt == QC_F32) {
+        float f;
+        memcpy(&f, (const float *)W + i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const uint16_t *)W + i, 2);
+    if (dt == QC_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    return qc_f16_to_f32(h);
+}
+
+/* ===================================================================================== */
+/* Vector exp (Cephes expf; ~1 ulp; NaN propagates; underflows to 0 / overflows to inf)   */
+/* ===================================================================================== */
+
+T512I __m512 exp512(__m512 x) {
+    /* min/max with x as the SECOND operand return x when it is NaN */
+    x = _mm512_min_ps(_mm512_set1_ps(88.8f), x);
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
+    __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, fx);
+}
+
+T512I __mmask16 tail_mask(int m) { return (__mmask16)((1u << m) - 1); }
+
+/* ===================================================================================== */
+/* GEMM packing and micro tile                                                            */
+/* ===================================================================================== */
+
+T512 static void k5_pack_w(float *panel, const void *W, qc_dtype dt, int K, int mr) {
+    int Kp = qc_opt_kpad(K);
+    for (int kb = 0; kb < Kp; kb += 16) {
+        float *dst = panel + (size_t)kb * MR;
+        int m = K - kb < 16 ? K - kb : 16;
+        for (int r = 0; r < MR; r++) {
+            __m512 v;
+            if (r >= mr) v = _mm512_setzero_ps();
+            else if (m == 16) {
+                switch (dt) {
+                case QC_BF16: v = ld16(W, QC_BF16, (size_t)r * K + kb); break;
+                case QC_F16: v = ld16(W, QC_F16, (size_t)r * K + kb); break;
+                default: v = ld16(W, QC_F32, (size_t)r * K + kb); break;
+                }
+            } else
+                v = ld16_part(W, dt, (size_t)r * K + kb, m);
+            _mm512_storeu_ps(dst + r * 16, v);
+        }
+    }
+}
+
+T512 static void k5_pack_x(float *strip, const float *x, int ldx, int K, int nt) {
+    int Kp = qc_opt_kpad(K);
+    /* 16 tokens x 16 k at a time through a small transpose buffer */
+    float buf[16][16];
+    for (int t0 = 0; t0 < NR; t0 += 16) {
+        for (int k0 = 0; k0 < Kp; k0 += 16) {
+            int mk = K - k0 < 16 ? (K - k0 > 0 ? K - k0 : 0) : 16;
+            for (int t = 0; t < 16; t++) {
+                __m512 v = (t0 + t < nt && mk > 0)
+                               ? _mm512_maskz_loadu_ps(tail_mask(mk),
+                                                       x + (size_t)(t0 + t) * ldx + k0)
+                               : _mm512_setzero_ps();
+                _mm512_storeu_ps(buf[t], v);
+            }
+            for (int k = 0; k < 16; k++) {
+                __m512 v = _mm512_set_ps(buf[15][k], buf[14][k], buf[13][k], buf[12][k],
+                                         buf[11][k], buf[10][k], buf[9][k], buf[8][k], buf[7][k],
+                                         buf[6][k], buf[5][k], buf[4][k], buf[3][k], buf[2][k],
+                                         buf[1][k], buf[0][k]);
+                _mm512_storeu_ps(strip + (size_t)(k0 + k) * NR + t0, v);
+            }
+        }
+    }
+}
+
+#define ACC2(r) __m512 c##r##a = _mm512_setzero_ps(), c##r##b = _mm512_setzero_ps()
+#define STEP(r)                                                   \
+    do {                                                          \
+        __m512 b_ = _mm512_set1_ps(p[(r) * 16 + kk]);             \
+        c##r##a = _mm512_fmadd_ps(b_, x0, c##r##a);               \
+        c##r##b = _mm512_fmadd_ps(b_, x1, c##r##b);               \
+    } while (0)
+#define OUT(r)                                                    \
+    do {                                                          \
+        _mm512_store_ps(tmp[r], c##r##a);                         \
+        _mm512_store_ps(tmp[r] + 16, c##r##b);                    \
+    } while (0)
+
+T512 static void k5_gemm_tile(const float *panel, const float *strip, int Kp, float *y, long ldy,
+                              int mr, int nt) {
+    ACC2(0); ACC2(1); ACC2(2); ACC2(3); ACC2(4); ACC2(5);
+    ACC2(6); ACC2(7); ACC2(8); ACC2(9); ACC2(10); ACC2(11);
+    const float *p = panel, *s = strip;
+    for (int kb = 0; kb < Kp; kb += 16, p += MR * 16, s += 16 * NR) {
+#pragma GCC unroll 16
+        for (int kk = 0; kk < 16; kk++) {
+            __m512 x0 = _mm512_loadu_ps(s + kk * NR), x1 = _mm512_loadu_ps(s + kk * NR + 16);
+            STEP(0); STEP(1); STEP(2); STEP(3); STEP(4); STEP(5);
+            STEP(6); STEP(7); STEP(8); STEP(9); STEP(10); STEP(11);
+        }
+    }
+    float tmp[MR][NR] __attribute__((aligned(64)));
+    OUT(0); OUT(1); OUT(2); OUT(3); OUT(4); OUT(5);
+    OUT(6); OUT(7); OUT(8); OUT(9); OUT(10); OUT(11);
+    for (int t = 0; t < nt; t++) {
+        float *yt = y + (long)t * ldy;
+        for (int r = 0; r < mr; r++) yt[r] = tmp[r][t];
+    }
+}
+
+/* ===================================================================================== */
+/* Matrix-vector                                                                          */
+/* ===================================================================================== */
+
+/* R rows (1 or 4) x one token. Per row: two accumulators over 32-element blocks, a 16-block
+ * remainder into the first, one fixed reduction, then the scalar tail in index order. The
+ * per-row arithmetic does not depend on R. */
+T512I void mv_rows(float *out, long ldo, const void *W, qc_dtype dt, int K, const float *x,
+                   const int R) {
+    __m512 a[4], b[4];
+    for (int r = 0; r < R; r++) a[r] = b[r] = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+        for (int r = 0; r < R; r++) {
+            a[r] = _mm512_fmadd_ps(ld16(W, dt, (size_t)r * K + k), x0, a[r]);
+            b[r] = _mm512_fmadd_ps(ld16(W, dt, (size_t)r * K + k + 16), x1, b[r]);
+        }
+    }
+    if (k + 16 <= K) {
+        __m512 x0 = _mm512_loadu_ps(x + k);
+        for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(ld16(W, dt, (size_t)r * K + k), x0, a[r]);
+        k += 16;
+    }
+    for (int r = 0; r < R; r++) {
+        float s = _mm512_reduce_add_ps(_mm512_add_ps(a[r], b[r]));
+        for (int j = k; j < K; j++) s += wscalar(W, dt, (size_t)r * K + j) * x[j];
+        out[r * ldo] = s;
+    }
+}
+
+T512I void mv_dt(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K,
+                 const float *x, long ldx, int n) {
+    size_t es = dt == QC_F32 ? 4 : 2;
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const char *Wr = (const char *)W + (size_t)r * K * es;
+        for (int t = 0; t < n; t++) mv_rows(y + (long)t * ldy + r, 1, Wr, dt, K, x + t * ldx, 4);
+    }
+    for (; r < rows; r++) {
+        const char *Wr = (const char *)W + (size_t)r * K * es;
+        for (int t = 0; t < n; t++) mv_rows(y + (long)t * ldy + r, 1, Wr, dt, K, x + t * ldx, 1);
+    }
+}
+
+T512 static void k5_matvec(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K,
+                           const float *x, long ldx, int n) {
+    switch (dt) {
+    case QC_BF16: mv_dt(y, ldy, W, QC_BF16, rows, K, x, ldx, n); break;
+    case QC_F16: mv_dt(y, ldy, W, QC_F16, rows, K, x, ldx, n); break;
+    default: mv_dt(y, ldy, W, QC_F32, rows, K, x, ldx, n); break;
+    }
+}
+
+/* ===================================================================================== */
+/* Small dense algebra                                                                    */
+/* ===================================================================================== */
+
+/* rows i0..i0+R-1 (R = 6 or 1) x columns j0..j0+63 (masks per vector) */
+T512I void nn_block(int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
+                    int acc, int j0, const __mmask16 m[4], const int R) {
+    __m512 c[6][4];
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < 4; v++)
+            c[i][v] = acc ? _mm512_maskz_loadu_ps(m[v], C + i * ldc + j0 + 16 * v)
+                          : _mm512_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        const float *Bk = B + k * ldb + j0;
+        __m512 b0 = _mm512_maskz_loadu_ps(m[0], Bk), b1 = _mm512_maskz_loadu_ps(m[1], Bk + 16);
+        __m512 b2 = _mm512_maskz_loadu_ps(m[2], Bk + 32), b3 = _mm512_maskz_loadu_ps(m[3], Bk + 48);
+        for (int i = 0; i < R; i++) {
+            __m512 a = _mm512_set1_ps(A[i * lda + k]);
+            c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
+            c[i][2] = _mm512_fmadd_ps(a, b2, c[i][2]);
+            c[i][3] = _mm512_fmadd_ps(a, b3, c[i][3]);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(C + i * ldc + j0 + 16 * v, m[v], c[i][v]);
+}
+
+T512 static void k5_gemm_nn(int M, int N, int K, const float *A, long lda, const float *B,
+                            long ldb, float *C, long ldc, int acc) {
+    for (int j0 = 0; j0 < N; j0 += 64) {
+        __mmask16 m[4];
+        for (int v = 0; v < 4; v++) {
+            int rem = N - j0 - 16 * v;
+            m[v] = rem >= 16 ? 0xFFFF : rem <= 0 ? 0 : tail_mask(rem);
+        }
+        int i = 0;
+        for (; i + 6 <= M; i += 6) nn_block(K, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc, j0, m, 6);
+        for (; i < M; i++) nn_block(K, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc, j0, m, 1);
+    }
+}
+
+T512 static float k5_dot(const float *a, const float *b, int n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    if (i < n) {
+        int m = n - i >= 16 ? 16 : n - i;
+        __mmask16 k = tail_mask(m);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i), s0);
+        i += m;
+        if (i < n) {
+            k = tail_mask(n - i);
+            s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i), s1);
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+T512 static float k5_sumsq(const float *x, int n) { return k5_dot(x, x, n); }
+
+T512 static void k5_axpy(float *y, float a, const float *x, int n) {
+    __m512 va = _mm512_set1_ps(a);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+        __m512 v = _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, y + i));
+        _mm512_mask_storeu_ps(y + i, k, v);
+    }
+}
+
+T512 static void k5_scale(float *y, float a, int n) {
+    __m512 va = _mm512_set1_ps(a);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(va, _mm512_maskz_loadu_ps(k, y + i)));
+    }
+}
+
+T512 static void k5_mul(float *y, const float *a, const float *b, int n) {
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, k,
+                              _mm512_mul_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i)));
+    }
+}
+
+/* ===================================================================================== */
+/* Elementwise transcendental                                                             */
+/* ===================================================================================== */
+
+T512 static void k5_vexp(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, k, exp512(_mm512_maskz_loadu_ps(k, x + i)));
+    }
+}
+
+T512I __m512 silu512(__m512 x) {
+    __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+T512 static void k5_silu(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, k, silu512(_mm512_maskz_loadu_ps(k, x + i)));
+    }
+}
+
+T512 static void k5_silu_mul(float *g, const float *u, int n) {
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+        __m512 v = _mm512_mul_ps(silu512(_mm512_maskz_loadu_ps(k, g + i)), _mm512_maskz_loadu_ps(k, u + i));
+        _mm512_mask_storeu_ps(g + i, k, v);
+    }
+}
+
+T512 static void k5_sigmoid_mul(float *y, const float *g, int n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(k, g + i)));
+        __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), s));
+    }
+}
+
+static const qc_opt_kernels k5_table = {
+    .isa = "AVX-512",
+    .gemm_mr = MR,
+    .gemm_nr = NR,
+    .pack_w = k5_pack_w,
+    .pack_x = k5_pack_x,
+    .gemm_tile = k5_gemm_tile,
+    .matvec = k5_matvec,
+    .gemm_nn = k5_gemm_nn,
+    .dot = k5_dot,
+    .sumsq = k5_sumsq,
+    .axpy = k5_axpy,
+    .scale = k5_scale,
+    .mul = k5_mul,
+    .vexp = k5_vexp,
+    .silu = k5_silu,
+    .silu_mul = k5_silu_mul,
+    .sigmoid_mul = k5_sigmoid_mul,
+};
+
+const qc_opt_kernels *const qc_opt_kernels_avx512_ptr = &k5_table;

@@ -1,0 +1,63 @@
+/* qc_ref_deltanet.h — the gated delta rule kernels of the reference backend.
+ *
+ * Both kernels compute, for every value head j (key head kh = j / (nv / nk)) and token t:
+ *   S   = exp(g[t,j]) * S                      S = state[j] : [dk, dv]  (row = key dim)
+ *   kv  = S^T k[t,kh]                          (dv)
+ *   d   = beta[t,j] * (v[t,j] - kv)            (dv)
+ *   S   = S + k[t,kh] d^T
+ *   o[t,j] = S^T q[t,kh]                       (uses the updated state)
+ * (qwen35-architecture.md 4.3 step 7); the chunked kernel is the parallel form of 5.1.
+ * Inputs are already prepared: q and k l2-normalised, q scaled by 1/sqrt(dk), beta = sigmoid(b),
+ * g = -exp(A_log) * softplus(a + dt_bias). Both start from the state passed in (the state's
+ * current recurrent_state, never an implicit zero) and leave the final state in it.
+ *
+ * Layouts (token-major, head-major inside a token, as the projections produce them):
+ *   q, k  [n, nk, dk]    v, o  [n, nv, dv]    g, beta  [n, nv]    S  [nv, dk, dv]
+ */
+#ifndef QC_REF_DELTANET_H
+#define QC_REF_DELTANET_H
+
+#include <stddef.h>
+
+typedef struct {
+    int n_k_heads; /* nk: q/k heads */
+    int n_v_heads; /* nv: value heads, a multiple of nk */
+    int k_dim;     /* dk */
+    int v_dim;     /* dv */
+} qc_ref_dn_dims;
+
+/* Scratch of the chunked kernel for chunks of up to max_chunk tokens (caller-owned). */
+typedef struct {
+    int max_chunk;  /* capacity in tokens */
+    float *gamma;   /* [max_chunk] cumulative log-decay inside the chunk */
+    float *T;       /* [max_chunk, max_chunk] A, then the unit lower-triangular inverse */
+    float *trow;    /* [max_chunk] one row of A before it is updated (forward substitution) */
+    float *kbeta;   /* [max_chunk, dk] beta * k */
+    float *vbeta;   /* [max_chunk, dv] beta * v */
+    float *kcd;     /* [max_chunk, dk] k_beta * exp(gamma) */
+    float *U;       /* [max_chunk, dv] T @ v_beta */
+    float *W;       /* [max_chunk, dk] T @ (k_beta * exp(gamma)) */
+    float *Vn;      /* [max_chunk, dv] U - W S ("new values") */
+} qc_ref_dn_scratch;
+
+/* Floats of scratch needed for chunks of up to max_chunk tokens. */
+size_t qc_ref_dn_scratch_floats(const qc_ref_dn_dims *d, int max_chunk);
+/* Carve the scratch views out of buf[qc_ref_dn_scratch_floats(d, max_chunk)]. */
+void qc_ref_dn_scratch_init(qc_ref_dn_scratch *s, const qc_ref_dn_dims *d, int max_chunk,
+                            float *buf);
+
+/* Token recurrence over n tokens. */
+void qc_ref_dn_recurrent(const qc_ref_dn_dims *d, int n, const float *q, const float *k,
+                         const float *v, const float *g, const float *beta, float *S,
+                         float *o);
+
+/* Chunked algorithm (qwen35-architecture.md 5.1) with chunks of chunk_size tokens.
+ * The end padding of the last chunk is not materialised: padded tokens have k = 0, beta = 0,
+ * g = 0, so their rows of A, T, U, W and Vn are exactly zero and they add exact zeros to the
+ * outputs and the state; skipping them gives the same numbers. Hence the effective chunk is
+ * min(chunk_size, n), which must be <= s->max_chunk (programmer error otherwise). */
+void qc_ref_dn_chunked(const qc_ref_dn_dims *d, int n, const float *q, const float *k,
+                       const float *v, const float *g, const float *beta, float *S, float *o,
+                       int chunk_size, qc_ref_dn_scratch *s);
+
+#endif /* QC_REF_DELTANET_H */

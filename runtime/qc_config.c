@@ -1,0 +1,408 @@
+/* qc_config.c — read the Qwen3.5 text config from a Hugging Face config.json (cJSON).
+ *
+ * Lookup rules (HF Qwen3_5TextConfig semantics):
+ *   - text fields come from the `text_config` object when present (multimodal checkpoints),
+ *     else from the top level (flat text config);
+ *   - rope_theta / partial_rotary_factor: text.rope_parameters.X, text.X, then (nested only)
+ *     top.rope_parameters.X, top.X; defaults 10000 and 0.25 (HF post_init);
+ *   - layer_types, else full_attention_interval (default 4): layer i full iff (i+1) % n == 0;
+ *   - tie_word_embeddings: text, then top level, default false (HF class default);
+ *   - head_dim default hidden_size / num_attention_heads; rms_norm_eps default 1e-6;
+ *     max_position_embeddings default 32768 (informational).
+ * Every message names the file and the field path, e.g.
+ *   "m/config.json: text_config.linear_num_value_heads: 3 is not a multiple of ...".
+ */
+#include "qc/qc_config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ==== Parse context ==== */
+
+typedef struct {
+    const cJSON *root;   /* top-level object */
+    const cJSON *tc;     /* text config object (== root when flat) */
+    const char *path;    /* file name for messages */
+    const char *pfx;     /* "text_config." or "" */
+    qc_err *err;         /* error sink */
+} cfg_ctx;
+
+/* Short description of a JSON value for messages. */
+static const char *describe(const cJSON *v, char *buf, size_t n) {
+    if (cJSON_IsNumber(v)) snprintf(buf, n, "%.17g", v->valuedouble);
+    else if (cJSON_IsString(v)) snprintf(buf, n, "a string (\"%.40s\")", v->valuestring);
+    else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsNull(v)) snprintf(buf, n, "null");
+    else if (cJSON_IsArray(v)) snprintf(buf, n, "an array");
+    else if (cJSON_IsObject(v)) snprintf(buf, n, "an object");
+    else snprintf(buf, n, "an invalid value");
+    return buf;
+}
+
+static const cJSON *get(const cJSON *obj, const char *name) {
+    if (!obj || !cJSON_IsObject(obj)) return NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return (v && !cJSON_IsNull(v)) ? v : NULL; /* null == absent (HF writes null for unset) */
+}
+
+/* A positive integer field of the text config. required: MISSING if absent; else *out = def. */
+static qc_status get_pos_int(cfg_ctx *c, const char *name, int required, int def, int *out) {
+    const cJSON *v = get(c->tc, name);
+    if (!v) {
+        if (required)
+            return qc_errf(c->err, QC_ERR_MISSING, "%s: %s%s: missing", c->path, c->pfx, name);
+        *out = def;
+        return QC_OK;
+    }
+    char d[96];
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < 1 || v->valuedouble > INT_MAX)
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s%s: expected a positive integer, got %s",
+                       c->path, c->pfx, name, describe(v, d, sizeof d));
+    *out = (int)v->valuedouble;
+    return QC_OK;
+}
+
+/* A positive finite number found by the rope lookup order; `where` receives the field path. */
+static qc_status get_rope_num(cfg_ctx *c, const char *name, double def, double *out,
+                              char *where, size_t wn) {
+    struct {
+        const cJSON *obj;
+        const char *label;
+    } places[4];
+    int np = 0;
+    char l0[64], l1[64];
+    const cJSON *rp = get(c->tc, "rope_parameters");
+    snprintf(l0, sizeof l0, "%srope_parameters.", c->pfx);
+    places[np].obj = rp, places[np++].label = l0;
+    places[np].obj = c->tc, places[np++].label = c->pfx;
+    if (c->tc != c->root) {
+        snprintf(l1, sizeof l1, "rope_parameters.");
+        places[np].obj = get(c->root, "rope_parameters"), places[np++].label = l1;
+        places[np].obj = c->root, places[np++].label = "";
+    }
+    for (int i = 0; i < np; i++) {
+        const cJSON *v = get(places[i].obj, name);
+        if (!v) continue;
+        snprintf(where, wn, "%s%s", places[i].label, name);
+        char d[96];
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+            return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s: expected a positive number, got %s",
+                           c->path, where, describe(v, d, sizeof d));
+        *out = v->valuedouble;
+        return QC_OK;
+    }
+    snprintf(where, wn, "%srope_parameters.%s (default)", c->pfx, name);
+    *out = def;
+    return QC_OK;
+}
+
+/* ==== Field groups ==== */
+
+static qc_status parse_dims(cfg_ctx *c, qc_config *cfg) {
+    qc_status st;
+#define REQ(field, name)                                                  \
+    if ((st = get_pos_int(c, name, 1, 0, &cfg->field)) != QC_OK) return st;
+    REQ(vocab_size, "vocab_size");
+    REQ(hidden_size, "hidden_size");
+    REQ(intermediate_size, "intermediate_size");
+    REQ(n_layers, "num_hidden_layers");
+    REQ(n_heads, "num_attention_heads");
+    REQ(n_kv_heads, "num_key_value_heads");
+    REQ(lin_n_k_heads, "linear_num_key_heads");
+    REQ(lin_n_v_heads, "linear_num_value_heads");
+    REQ(lin_k_dim, "linear_key_head_dim");
+    REQ(lin_v_dim, "linear_value_head_dim");
+    REQ(conv_kernel, "linear_conv_kernel_dim");
+#undef REQ
+    int hd_def = cfg->hidden_size / cfg->n_heads;
+    if (!get(c->tc, "head_dim") && hd_def < 1)
+        return qc_errf(c->err, QC_ERR_FORMAT,
+                       "%s: %shead_dim: absent and hidden_size %d / num_attention_heads %d is 0",
+                       c->path, c->pfx, cfg->hidden_size, cfg->n_heads);
+    if ((st = get_pos_int(c, "head_dim", 0, hd_def, &cfg->head_dim)) != QC_OK) return st;
+    if ((st = get_pos_int(c, "max_position_embeddings", 0, 32768,
+                          &cfg->max_position_embeddings)) != QC_OK)
+        return st;
+
+    const cJSON *eps = get(c->tc, "rms_norm_eps");
+    cfg->rms_eps = 1e-6;
+    if (eps) {
+        char d[96];
+        if (!cJSON_IsNumber(eps) || !isfinite(eps->valuedouble) || eps->valuedouble <= 0)
+            return qc_errf(c->err, QC_ERR_FORMAT, "%s: %srms_norm_eps: expected a positive number, got %s",
+                           c->path, c->pfx, describe(eps, d, sizeof d));
+        cfg->rms_eps = eps->valuedouble;
+    }
+    return QC_OK;
+}
+
+/* Fields whose other values would change the math: reject rather than compute wrongly. */
+static qc_status check_unsupported(cfg_ctx *c) {
+    char d[96];
+    const cJSON *act = get(c->tc, "hidden_act");
+    if (act && !(cJSON_IsString(act) &&
+                 (!strcmp(act->valuestring, "silu") || !strcmp(act->valuestring, "swish"))))
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED, "%s: %shidden_act: %s is not supported (silu only)",
+                       c->path, c->pfx, describe(act, d, sizeof d));
+    const cJSON *bias = get(c->tc, "attention_bias");
+    if (bias && !cJSON_IsFalse(bias))
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %sattention_bias: %s is not supported (false only)", c->path, c->pfx,
+                       describe(bias, d, sizeof d));
+    const cJSON *rp = get(c->tc, "rope_parameters");
+    if (rp && !cJSON_IsObject(rp))
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %srope_parameters: expected an object, got %s",
+                       c->path, c->pfx, describe(rp, d, sizeof d));
+    const cJSON *rt = get(rp, "rope_type");
+    if (rt && !(cJSON_IsString(rt) &&
+                (!strcmp(rt->valuestring, "default") || !strcmp(rt->valuestring, "mrope"))))
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %srope_parameters.rope_type: %s is not supported (default only)",
+                       c->path, c->pfx, describe(rt, d, sizeof d));
+    return QC_OK;
+}
+
+static qc_status parse_rope(cfg_ctx *c, qc_config *cfg) {
+    char w_theta[128], w_prf[128];
+    qc_status st = get_rope_num(c, "rope_theta", 10000.0, &cfg->rope_theta, w_theta, sizeof w_theta);
+    if (st) return st;
+    st = get_rope_num(c, "partial_rotary_factor", 0.25, &cfg->partial_rotary_factor, w_prf,
+                      sizeof w_prf);
+    if (st) return st;
+    if (cfg->partial_rotary_factor > 1.0)
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s: %g is greater than 1", c->path, w_prf,
+                       cfg->partial_rotary_factor);
+    cfg->rotary_dim = (int)(cfg->head_dim * cfg->partial_rotary_factor);
+    if (cfg->rotary_dim < 2 || cfg->rotary_dim % 2 != 0 || cfg->rotary_dim > cfg->head_dim)
+        return qc_errf(c->err, QC_ERR_FORMAT,
+                       "%s: %s: %g x head_dim %d gives rotary dim %d (must be even, >= 2 and <= "
+                       "head_dim)",
+                       c->path, w_prf, cfg->partial_rotary_factor, cfg->head_dim, cfg->rotary_dim);
+    return QC_OK;
+}
+
+static qc_status parse_layers(cfg_ctx *c, qc_config *cfg) {
+    char d[96];
+    if (cfg->n_layers > QC_MAX_LAYERS)
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED, "%s: %snum_hidden_layers: %d exceeds QC_MAX_LAYERS %d",
+                       c->path, c->pfx, cfg->n_layers, QC_MAX_LAYERS);
+    const cJSON *lt = get(c->tc, "layer_types");
+    if (lt) {
+        if (!cJSON_IsArray(lt))
+            return qc_errf(c->err, QC_ERR_FORMAT, "%s: %slayer_types: expected an array, got %s",
+                           c->path, c->pfx, describe(lt, d, sizeof d));
+        int n = cJSON_GetArraySize(lt);
+        if (n != cfg->n_layers)
+            return qc_errf(c->err, QC_ERR_FORMAT,
+                           "%s: %slayer_types: %d entries != num_hidden_layers %d", c->path,
+                           c->pfx, n, cfg->n_layers);
+        int i = 0;
+        for (const cJSON *e = lt->child; e; e = e->next, i++) {
+            if (cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention"))
+                cfg->layer_types[i] = QC_LAYER_LINEAR;
+            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention"))
+                cfg->layer_types[i] = QC_LAYER_FULL;
+            else
+                return qc_errf(c->err, QC_ERR_FORMAT,
+                               "%s: %slayer_types[%d]: %s is not \"linear_attention\" or "
+                               "\"full_attention\"",
+                               c->path, c->pfx, i, describe(e, d, sizeof d));
+        }
+        return QC_OK;
+    }
+    int interval;
+    qc_status st = get_pos_int(c, "full_attention_interval", 0, 4, &interval);
+    if (st) return st;
+    for (int i = 0; i < cfg->n_layers; i++)
+        cfg->layer_types[i] = ((i + 1) % interval == 0) ? QC_LAYER_FULL : QC_LAYER_LINEAR;
+    return QC_OK;
+}
+
+static qc_status parse_tie(cfg_ctx *c, qc_config *cfg) {
+    char d[96];
+    const cJSON *v = get(c->tc, "tie_word_embeddings");
+    const char *pfx = c->pfx;
+    if (!v && c->tc != c->root) {
+        v = get(c->root, "tie_word_embeddings");
+        pfx = "";
+    }
+    cfg->tie_word_embeddings = 0;
+    if (!v) return QC_OK;
+    if (!cJSON_IsBool(v))
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %stie_word_embeddings: expected true or false, got %s",
+                       c->path, pfx, describe(v, d, sizeof d));
+    cfg->tie_word_embeddings = cJSON_IsTrue(v) ? 1 : 0;
+    return QC_OK;
+}
+
+/* Divisibility and derived-size checks. */
+static qc_status check_consistency(cfg_ctx *c, qc_config *cfg) {
+    if (cfg->lin_n_v_heads % cfg->lin_n_k_heads != 0)
+        return qc_errf(c->err, QC_ERR_FORMAT,
+                       "%s: %slinear_num_value_heads: %d is not a multiple of linear_num_key_heads %d",
+                       c->path, c->pfx, cfg->lin_n_v_heads, cfg->lin_n_k_heads);
+    if (cfg->n_heads % cfg->n_kv_heads != 0)
+        return qc_errf(c->err, QC_ERR_FORMAT,
+                       "%s: %snum_attention_heads: %d is not a multiple of num_key_value_heads %d",
+                       c->path, c->pfx, cfg->n_heads, cfg->n_kv_heads);
+    /* every derived row count must fit an int (the tensors index with it) */
+    int64_t kd = (int64_t)cfg->lin_n_k_heads * cfg->lin_k_dim;
+    int64_t vd = (int64_t)cfg->lin_n_v_heads * cfg->lin_v_dim;
+    int64_t conv = 2 * kd + vd;
+    int64_t qrows = 2 * (int64_t)cfg->n_heads * cfg->head_dim;
+    if (conv > INT_MAX / 2)
+        return qc_errf(c->err, QC_ERR_FORMAT,
+                       "%s: %slinear_num_key_heads: conv dim 2*%d*%d + %d*%d is too large", c->path,
+                       c->pfx, cfg->lin_n_k_heads, cfg->lin_k_dim, cfg->lin_n_v_heads,
+                       cfg->lin_v_dim);
+    if (qrows > INT_MAX / 2)
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %snum_attention_heads: 2*%d*%d q_proj rows is too large",
+                       c->path, c->pfx, cfg->n_heads, cfg->head_dim);
+    return QC_OK;
+}
+
+/* ==== Public ==== */
+
+qc_status qc_config_parse(const char *json, size_t len, const char *path, qc_config *cfg,
+                          qc_err *err) {
+    QC_ASSERT(cfg && path && (json || len == 0));
+    memset(cfg, 0, sizeof *cfg);
+    if (len > (size_t)64 << 20)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %zu bytes is too large for a config", path, len);
+    if (len && memchr(json, '\0', len))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: contains a NUL byte", path);
+    char *text = malloc(len + 1);
+    if (!text) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    if (len) memcpy(text, json, len);
+    text[len] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        size_t off = end ? (size_t)(end - text) : 0;
+        int line = 1;
+        for (size_t i = 0; i < off && i < len; i++) line += text[i] == '\n';
+        free(text);
+        return qc_errf(err, QC_ERR_FORMAT, "%s: not well-formed JSON (line %d, byte %zu)", path,
+                       line, off);
+    }
+    free(text);
+    qc_status st = QC_OK;
+    cfg_ctx c = {root, root, path, "", err};
+    char d[96];
+    if (!cJSON_IsObject(root)) {
+        st = qc_errf(err, QC_ERR_FORMAT, "%s: top level is %s, not a JSON object", path,
+                     describe(root, d, sizeof d));
+        goto done;
+    }
+    const cJSON *tc = get(root, "text_config");
+    if (tc) {
+        if (!cJSON_IsObject(tc)) {
+            st = qc_errf(err, QC_ERR_FORMAT, "%s: text_config: expected an object, got %s", path,
+                         describe(tc, d, sizeof d));
+            goto done;
+        }
+        c.tc = tc;
+        c.pfx = "text_config.";
+        cfg->nested = 1;
+    }
+    if ((st = parse_dims(&c, cfg)) != QC_OK) goto done;
+    if ((st = check_unsupported(&c)) != QC_OK) goto done;
+    if ((st = parse_rope(&c, cfg)) != QC_OK) goto done;
+    if ((st = parse_layers(&c, cfg)) != QC_OK) goto done;
+    if ((st = parse_tie(&c, cfg)) != QC_OK) goto done;
+    if ((st = check_consistency(&c, cfg)) != QC_OK) goto done;
+done:
+    cJSON_Delete(root);
+    if (st) {
+        int nested = cfg->nested;
+        memset(cfg, 0, sizeof *cfg);
+        cfg->nested = nested;
+    }
+    return st;
+}
+
+qc_status qc_config_load(const char *model_dir, qc_config *cfg, qc_err *err) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        if (cap >= ((size_t)64 << 20)) break; /* parse reports "too large" */
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    if (bad) {
+        free(buf);
+        return qc_errf(err, QC_ERR_IO, "%s: read error", path);
+    }
+    if (n == cap) {
+        free(buf);
+        return qc_errf(err, QC_ERR_FORMAT, "%s: larger than %zu bytes, too large for a config",
+                       path, cap);
+    }
+    qc_status st = qc_config_parse(buf, n, path, cfg, err);
+    free(buf);
+    return st;
+}
+
+/* ==== Presets: the real Qwen3.5 sizes (spec qwen35-architecture.md section 2) ==== */
+
+qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err) {
+    static const struct {
+        const char *name;
+        int H, I, L, nh, nkv, nv, tie;
+    } P[] = {
+        {"0.8b", 1024, 3584, 24, 8, 2, 16, 1},
+        {"2b", 2048, 6144, 24, 8, 2, 16, 1},
+        {"4b", 2560, 9216, 32, 16, 4, 32, 1},
+        {"9b", 4096, 12288, 32, 16, 4, 32, 0},
+    };
+    QC_ASSERT(cfg);
+    for (size_t k = 0; name && k < sizeof P / sizeof P[0]; k++) {
+        if (strcmp(name, P[k].name) != 0) continue;
+        memset(cfg, 0, sizeof *cfg);
+        cfg->vocab_size = 248320;
+        cfg->hidden_size = P[k].H;
+        cfg->intermediate_size = P[k].I;
+        cfg->n_layers = P[k].L;
+        cfg->n_heads = P[k].nh;
+        cfg->n_kv_heads = P[k].nkv;
+        cfg->head_dim = 256;
+        cfg->lin_n_k_heads = 16;
+        cfg->lin_n_v_heads = P[k].nv;
+        cfg->lin_k_dim = 128;
+        cfg->lin_v_dim = 128;
+        cfg->conv_kernel = 4;
+        cfg->rms_eps = 1e-6;
+        cfg->rope_theta = 1e7;
+        cfg->partial_rotary_factor = 0.25;
+        cfg->rotary_dim = 64;
+        cfg->tie_word_embeddings = P[k].tie;
+        cfg->max_position_embeddings = 262144;
+        cfg->nested = 1; /* the real checkpoints nest the text config */
+        for (int i = 0; i < cfg->n_layers; i++)
+            cfg->layer_types[i] = ((i + 1) % 4 == 0) ? QC_LAYER_FULL : QC_LAYER_LINEAR;
+        return QC_OK;
+    }
+    return qc_errf(err, QC_ERR_ARG, "unknown model preset \"%s\" (0.8b, 2b, 4b or 9b)",
+                   name ? name : "(null)");
+}

@@ -1,0 +1,346 @@
+/* qc_safetensors.c — validating safetensors header parser and read-only mmap.
+ * Contract and the list of checks: include/qc/qc_safetensors.h. */
+#include "qc/qc_safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ==== Small helpers ==== */
+
+/* A JSON number that is an exact non-negative integer <= 2^53. Returns 1 and sets *out;
+ * 0 if not a number / not integral; -1 if a negative integer; -2 if above 2^53 (a double
+ * cannot hold it exactly). */
+static int json_u64(const cJSON *n, uint64_t *out) {
+    if (!cJSON_IsNumber(n)) return 0;
+    double v = n->valuedouble;
+    if (!isfinite(v) || v != floor(v)) return 0;
+    if (v < 0) return -1;
+    if (v > 9007199254740992.0) return -2;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+/* dtype name -> qc_dtype. Returns 1 ok, 0 a known safetensors dtype we do not support,
+ * -1 not a safetensors dtype at all. */
+static int parse_dtype(const char *s, qc_dtype *t) {
+    if (!strcmp(s, "F32")) return *t = QC_F32, 1;
+    if (!strcmp(s, "BF16")) return *t = QC_BF16, 1;
+    if (!strcmp(s, "F16")) return *t = QC_F16, 1;
+    static const char *known[] = {"BOOL", "U8",  "I8",  "I16", "U16",     "I32",     "U32",
+                                  "I64",  "U64", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
+                                  "F4",   "F6_E2M3", "F6_E3M2", "C64"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(s, known[i])) return 0;
+    return -1;
+}
+
+static int cmp_tensor_name(const void *a, const void *b) {
+    return strcmp(((const qc_st_tensor *)a)->name, ((const qc_st_tensor *)b)->name);
+}
+
+typedef struct {
+    uint64_t begin, end; /* byte span */
+    int idx;             /* tensor index */
+} st_span;
+
+static int cmp_span(const void *a, const void *b) {
+    const st_span *x = (const st_span *)a, *y = (const st_span *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+static void free_tensors(qc_st_tensor *ts, int n) {
+    if (!ts) return;
+    for (int i = 0; i < n; i++) free(ts[i].name);
+    free(ts);
+}
+
+/* ==== One header entry ==== */
+
+static qc_status parse_entry(const cJSON *e, const char *path, uint64_t data_len,
+                             qc_st_tensor *t, qc_err *err) {
+    const char *nm = e->string;
+    if (!cJSON_IsObject(e))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s: header entry is not an object", path, nm);
+    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!jd) return qc_errf(err, QC_ERR_FORMAT, "%s: %s: missing \"dtype\"", path, nm);
+    if (!js) return qc_errf(err, QC_ERR_FORMAT, "%s: %s: missing \"shape\"", path, nm);
+    if (!jo) return qc_errf(err, QC_ERR_FORMAT, "%s: %s: missing \"data_offsets\"", path, nm);
+    if (!cJSON_IsString(jd))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s: dtype is not a string", path, nm);
+    int dk = parse_dtype(jd->valuestring, &t->dtype);
+    if (dk == 0)
+        return qc_errf(err, QC_ERR_UNSUPPORTED,
+                       "%s: %s: dtype %s is not supported (F32, BF16 or F16 only)", path, nm,
+                       jd->valuestring);
+    if (dk < 0)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s: unknown dtype \"%s\"", path, nm,
+                       jd->valuestring);
+
+    if (!cJSON_IsArray(js))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s: shape is not an array", path, nm);
+    int nd = cJSON_GetArraySize(js);
+    if (nd > QC_ST_MAX_DIMS)
+        return qc_errf(err, QC_ERR_UNSUPPORTED, "%s: %s: %d dimensions (at most %d supported)",
+                       path, nm, nd, QC_ST_MAX_DIMS);
+    t->ndim = nd;
+    uint64_t numel = 1;
+    int i = 0;
+    for (const cJSON *d = js->child; d; d = d->next, i++) {
+        uint64_t v;
+        int r = json_u64(d, &v);
+        if (r == -1)
+            return qc_errf(err, QC_ERR_FORMAT, "%s: %s: shape[%d] is negative (%.0f)", path, nm,
+                           i, d->valuedouble);
+        if (r == -2)
+            return qc_errf(err, QC_ERR_FORMAT, "%s: %s: shape[%d] = %.0f is too large", path, nm,
+                           i, d->valuedouble);
+        if (r == 0)
+            return qc_errf(err, QC_ERR_FORMAT,
+                           "%s: %s: shape[%d] is not a non-negative integer", path, nm, i);
+        t->shape[i] = (int64_t)v;
+        if (__builtin_mul_overflow(numel, v, &numel))
+            return qc_errf(err, QC_ERR_FORMAT,
+                           "%s: %s: shape product overflows 64 bits at shape[%d]", path, nm, i);
+    }
+    t->numel = numel;
+    uint64_t nbytes;
+    if (__builtin_mul_overflow(numel, (uint64_t)qc_dtype_size(t->dtype), &nbytes))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s: byte size (%llu x %zu) overflows 64 bits",
+                       path, nm, (unsigned long long)numel, qc_dtype_size(t->dtype));
+
+    if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s: data_offsets is not a [begin, end] pair",
+                       path, nm);
+    uint64_t b, en;
+    if (json_u64(jo->child, &b) != 1 || json_u64(jo->child->next, &en) != 1)
+        return qc_errf(err, QC_ERR_FORMAT,
+                       "%s: %s: data_offsets must be non-negative integers", path, nm);
+    if (b > en)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s: data_offsets [%llu, %llu] has begin > end",
+                       path, nm, (unsigned long long)b, (unsigned long long)en);
+    if (en > data_len)
+        return qc_errf(err, QC_ERR_FORMAT,
+                       "%s: %s: data_offsets [%llu, %llu] outside the %llu-byte data region",
+                       path, nm, (unsigned long long)b, (unsigned long long)en,
+                       (unsigned long long)data_len);
+    if (en - b != nbytes)
+        return qc_errf(err, QC_ERR_FORMAT,
+                       "%s: %s: span of %llu bytes != %llu elements x %zu bytes (%s)", path, nm,
+                       (unsigned long long)(en - b), (unsigned long long)numel,
+                       qc_dtype_size(t->dtype), qc_dtype_str(t->dtype));
+    t->begin = b;
+    t->end = en;
+    return QC_OK;
+}
+
+/* ==== Whole header ==== */
+
+qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_st_file *out,
+                      qc_err *err) {
+    QC_ASSERT(out && path);
+    memset(out, 0, sizeof *out);
+    if (file_len < 8)
+        return qc_errf(err, QC_ERR_FORMAT,
+                       "%s: file is %zu bytes, shorter than the 8-byte header length", path,
+                       file_len);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = (n << 8) | buf[i];
+    if (n > (uint64_t)file_len - 8)
+        return qc_errf(err, QC_ERR_FORMAT,
+                       "%s: header length %llu exceeds the %zu bytes after the length field",
+                       path, (unsigned long long)n, file_len - 8);
+    if (n > QC_ST_MAX_HEADER)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: header length %llu exceeds the %llu-byte limit",
+                       path, (unsigned long long)n, (unsigned long long)QC_ST_MAX_HEADER);
+    if (n < 2)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: header length %llu is too small for a JSON object",
+                       path, (unsigned long long)n);
+    const char *hdr = (const char *)buf + 8;
+    if (memchr(hdr, '\0', n))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: header contains a NUL byte", path);
+    char *text = malloc(n + 1);
+    if (!text) return qc_errf(err, QC_ERR_OOM, "%s: out of memory for the header", path);
+    memcpy(text, hdr, n);
+    text[n] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        size_t off = end ? (size_t)(end - text) : 0;
+        free(text);
+        return qc_errf(err, QC_ERR_FORMAT, "%s: header is not well-formed JSON (near byte %zu)",
+                       path, off);
+    }
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return qc_errf(err, QC_ERR_FORMAT, "%s: header is not a JSON object", path);
+    }
+
+    uint64_t data_len = (uint64_t)file_len - 8 - n;
+    int cap = cJSON_GetArraySize(root);
+    qc_st_tensor *ts = calloc(cap > 0 ? (size_t)cap : 1, sizeof *ts);
+    st_span *order = malloc((cap > 0 ? (size_t)cap : 1) * sizeof *order);
+    if (!ts || !order) {
+        free(ts);
+        free(order);
+        cJSON_Delete(root);
+        return qc_errf(err, QC_ERR_OOM, "%s: out of memory for %d header entries", path, cap);
+    }
+    int nt = 0, nmeta = 0, seen_meta = 0;
+    qc_status st = QC_OK;
+    for (const cJSON *e = root->child; e; e = e->next) {
+        const char *nm = e->string ? e->string : "";
+        if (!strcmp(nm, "__metadata__")) {
+            if (seen_meta++) {
+                st = qc_errf(err, QC_ERR_FORMAT, "%s: __metadata__: duplicate entry", path);
+                break;
+            }
+            if (!cJSON_IsObject(e)) {
+                st = qc_errf(err, QC_ERR_FORMAT, "%s: __metadata__: not an object", path);
+                break;
+            }
+            for (const cJSON *m = e->child; m; m = m->next, nmeta++)
+                if (!cJSON_IsString(m)) {
+                    st = qc_errf(err, QC_ERR_FORMAT, "%s: __metadata__.%s: value is not a string",
+                                 path, m->string ? m->string : "");
+                    break;
+                }
+            if (st) break;
+            continue;
+        }
+        qc_st_tensor *t = &ts[nt];
+        st = parse_entry(e, path, data_len, t, err);
+        if (st) break;
+        t->name = strdup(nm);
+        if (!t->name) {
+            st = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+            break;
+        }
+        t->data = buf + 8 + n + t->begin;
+        nt++;
+    }
+    cJSON_Delete(root);
+
+    /* unique names */
+    if (!st && nt > 1) {
+        qsort(ts, (size_t)nt, sizeof *ts, cmp_tensor_name);
+        for (int i = 1; i < nt; i++)
+            if (!strcmp(ts[i].name, ts[i - 1].name)) {
+                st = qc_errf(err, QC_ERR_FORMAT, "%s: %s: duplicate tensor name", path,
+                             ts[i].name);
+                break;
+            }
+    }
+    /* the spans tile the data region exactly */
+    if (!st) {
+        for (int i = 0; i < nt; i++) order[i] = (st_span){ts[i].begin, ts[i].end, i};
+        qsort(order, (size_t)nt, sizeof *order, cmp_span);
+        uint64_t pos = 0;
+        const char *prev = NULL;
+        for (int k = 0; k < nt && !st; k++) {
+            const qc_st_tensor *t = &ts[order[k].idx];
+            if (t->begin < pos)
+                st = qc_errf(err, QC_ERR_FORMAT,
+                             "%s: %s: data_offsets [%llu, %llu] overlap tensor %s (ends at %llu)",
+                             path, t->name, (unsigned long long)t->begin,
+                             (unsigned long long)t->end, prev ? prev : "?",
+                             (unsigned long long)pos);
+            else if (t->begin > pos)
+                st = qc_errf(err, QC_ERR_FORMAT,
+                             "%s: %s: gap of %llu bytes before data_offsets [%llu, %llu]", path,
+                             t->name, (unsigned long long)(t->begin - pos),
+                             (unsigned long long)t->begin, (unsigned long long)t->end);
+            pos = t->end;
+            prev = t->name;
+        }
+        if (!st && pos != data_len)
+            st = qc_errf(err, QC_ERR_FORMAT,
+                         "%s: %s: %llu bytes after the last tensor are not covered by any tensor",
+                         path, prev ? prev : "(no tensors)", (unsigned long long)(data_len - pos));
+    }
+    free(order);
+    if (st) {
+        free_tensors(ts, nt);
+        return st;
+    }
+    snprintf(out->path, sizeof out->path, "%s", path);
+    out->bytes = buf;
+    out->file_len = file_len;
+    out->header_len = n;
+    out->data = buf + 8 + n;
+    out->data_len = data_len;
+    out->n_tensors = nt;
+    out->tensors = ts;
+    out->n_metadata = nmeta;
+    return QC_OK;
+}
+
+/* ==== Files ==== */
+
+qc_status qc_st_open(const char *path, qc_st_file *out, qc_err *err) {
+    QC_ASSERT(out && path);
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return qc_errf(err, QC_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return qc_errf(err, QC_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t len = (size_t)sb.st_size;
+    if (len < 8) {
+        uint8_t small[8] = {0};
+        ssize_t got = len ? read(fd, small, len) : 0;
+        close(fd);
+        if (got < 0 || (size_t)got != len)
+            return qc_errf(err, QC_ERR_IO, "%s: read error", path);
+        return qc_st_parse(small, len, path, out, err);
+    }
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED) return qc_errf(err, QC_ERR_IO, "%s: cannot mmap: %s", path, strerror(e));
+    qc_status st = qc_st_parse((const uint8_t *)map, len, path, out, err);
+    if (st) {
+        munmap(map, len);
+        memset(out, 0, sizeof *out);
+        return st;
+    }
+    out->map = map;
+    out->map_len = len;
+    return QC_OK;
+}
+
+const qc_st_tensor *qc_st_find(const qc_st_file *f, const char *name) {
+    int lo = 0, hi = f->n_tensors - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        int c = strcmp(f->tensors[mid].name, name);
+        if (c == 0) return &f->tensors[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return NULL;
+}
+
+void qc_st_close(qc_st_file *f) {
+    if (!f) return;
+    free_tensors(f->tensors, f->n_tensors);
+    if (f->map) munmap(f->map, f->map_len);
+    memset(f, 0, sizeof *f);
+}

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# test_record.sh — end-to-end test of `qwen-conform record` and `qwen-conform inspect`.
+#   bash tests/cli/test_record.sh <path-to-qwen-conform> <source-dir>
+# Records a tiny checkpoint (the first fixtures/*/model, else tests/data/hf-tiny-a) in each
+# prefill mode, checks the output with h5dump -H, inspect and h5diff (static vs dynamic vs
+# no-KV within 1e-4), then every bad-input class: exit 2, one message naming the file / field,
+# and no output file (nor temp file) left behind.
+set -u
+QC="${1:?usage: test_record.sh <qwen-conform> <source-dir>}"
+SRC="${2:?usage: test_record.sh <qwen-conform> <source-dir>}"
+
+fail=0
+pass=0
+ok()  { pass=$((pass + 1)); echo "ok   - $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
+
+MODEL=""
+for d in "$SRC"/fixtures/*/model; do
+  if [ -f "$d/config.json" ]; then MODEL="$d"; break; fi
+done
+if [ -z "$MODEL" ] && [ -f "$SRC/tests/data/hf-tiny-a/config.json" ]; then
+  MODEL="$SRC/tests/data/hf-tiny-a"
+fi
+if [ -z "$MODEL" ]; then
+  echo "SKIP: no tiny model (fixtures/*/model or tests/data/hf-tiny-a) to record"
+  exit 0
+fi
+echo "# model: $MODEL"
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/qc_test_record.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+OUT="$TMP/out"
+mkdir -p "$OUT"
+TOKENS="1,2,3,4,5,6,7,8,9,10"
+
+# ---- record in each mode -------------------------------------------------------------------
+for mode in static dynamic no-kv-cache; do
+  f="$OUT/$mode.h5"
+  if "$QC" record --model "$MODEL" --tokens "$TOKENS" --decode 3 "--$mode" --max-seq-len 4 \
+       --out "$f" >"$TMP/stdout" 2>"$TMP/stderr"; then
+    ok "record --$mode exits 0"
+  else
+    bad "record --$mode exits $?: $(cat "$TMP/stderr")"
+    continue
+  fi
+  [ -s "$f" ] && ok "record --$mode wrote $f" || bad "record --$mode: no output"
+  if command -v h5dump >/dev/null; then
+    if h5dump -H "$f" >"$TMP/h5dump" 2>&1 &&
+       grep -q 'DATASET "logits"' "$TMP/h5dump" &&
+       grep -q 'GROUP "layer_00"' "$TMP/h5dump"; then
+      ok "h5dump -H reads the --$mode golden"
+    else
+      bad "h5dump -H on the --$mode golden: $(head -5 "$TMP/h5dump")"
+    fi
+  fi
+  if "$QC" inspect "$f" >"$TMP/inspect" 2>&1; then
+    ok "inspect --$mode exits 0"
+  else
+    bad "inspect --$mode exits $?: $(cat "$TMP/inspect")"
+  fi
+  for want in "schema_version: 1" "generator:      qwen-conform record" "compute_dtype:  float32" \
+              "case0" "prefill/hidden" "decode/state" "sha256" "matches"; do
+    grep -qF "$want" "$TMP/inspect" && ok "inspect --$mode shows '$want'" \
+      || bad "inspect --$mode lacks '$want'"
+  done
+  grep -q MISMATCH "$TMP/inspect" && bad "inspect --$mode reports a hash MISMATCH"
+done
+
+# static == dynamic == no-KV within 1e-4 (h5diff: golden-style, dataset by dataset)
+if command -v h5diff >/dev/null && [ -s "$OUT/static.h5" ] && [ -s "$OUT/dynamic.h5" ] &&
+   [ -s "$OUT/no-kv-cache.h5" ]; then
+  for other in dynamic no-kv-cache; do
+    for obj in /cases/case0/prefill/logits /cases/case0/prefill/hidden \
+               /cases/case0/decode/logits /cases/case0/decode/tokens \
+               /cases/case0/prefill/state /cases/case0/decode/state; do
+      if h5diff -d 1e-4 "$OUT/$other.h5" "$OUT/static.h5" "$obj" >"$TMP/h5diff" 2>&1; then
+        ok "h5diff -d 1e-4 $other vs static $obj"
+      else
+        bad "h5diff $other vs static $obj: $(head -5 "$TMP/h5diff")"
+      fi
+    done
+  done
+fi
+
+# --tokens-file, output in another directory: model_path relative, hashes still match
+mkdir -p "$TMP/elsewhere/deeper"
+printf '1 2 3\n4, 5\n' >"$TMP/prompt.txt"
+if "$QC" record --model "$MODEL" --tokens-file "$TMP/prompt.txt" --decode 2 --dynamic \
+     --case my-case --out "$TMP/elsewhere/deeper/g.h5" >/dev/null 2>"$TMP/stderr" &&
+   "$QC" inspect "$TMP/elsewhere/deeper/g.h5" >"$TMP/inspect" 2>&1; then
+  ok "record --tokens-file into another directory"
+  grep -q "my-case" "$TMP/inspect" && ok "--case names the case" || bad "--case ignored"
+  grep -q "^model_path:     \.\./" "$TMP/inspect" && ok "model_path is relative" \
+    || bad "model_path not relative: $(grep model_path "$TMP/inspect")"
+  [ "$(grep -c matches "$TMP/inspect")" = 2 ] && ok "both hashes match from another directory" \
+    || bad "hashes do not match from another directory: $(grep -A2 '^model:' "$TMP/inspect")"
+else
+  bad "record --tokens-file: $(cat "$TMP/stderr")"
+fi
+
+# a continuation: --history replayed at positions 0..3, then the prompt at start_pos 4; its
+# decode equals that of one prompt holding history + prompt
+if "$QC" record --model "$MODEL" --history 1,2,3,4 --tokens 5,6,7 --decode 2 --static \
+     --out "$OUT/cont.h5" >/dev/null 2>"$TMP/stderr" &&
+   "$QC" record --model "$MODEL" --tokens 1,2,3,4,5,6,7 --decode 2 --static \
+     --out "$OUT/whole.h5" >/dev/null 2>>"$TMP/stderr" &&
+   "$QC" inspect "$OUT/cont.h5" >"$TMP/inspect" 2>&1; then
+  ok "record --history"
+  grep -qE "^  case0 +4 +4 +3 +2 " "$TMP/inspect" && ok "continuation: start_pos 4, history 4, T 3, S 2" \
+    || bad "continuation row: $(grep case0 "$TMP/inspect")"
+  if command -v h5diff >/dev/null; then
+    for obj in /cases/case0/decode/tokens /cases/case0/decode/logits /cases/case0/decode/state; do
+      h5diff -d 1e-5 "$OUT/cont.h5" "$OUT/whole.h5" "$obj" >"$TMP/h5diff" 2>&1 \
+        && ok "history + prompt == one prompt: $obj" || bad "continuation $obj: $(head -3 "$TMP/h5diff")"
+    done
+  fi
+  rm -f "$OUT/cont.h5" "$OUT/whole.h5"
+else
+  bad "record --history: $(cat "$TMP/stderr")"
+fi
+
+# --no-hidden: no prefill/hidden group; --help: exit 0
+if "$QC" record --model "$MODEL" --tokens 1,2 --no-hidden --out "$OUT/nh.h5" >/dev/null 2>&1 &&
+   "$QC" inspect "$OUT/nh.h5" >"$TMP/inspect" 2>&1; then
+  grep -q "prefill/hidden" "$TMP/inspect" && bad "--no-hidden still wrote prefill/hidden" \
+    || ok "--no-hidden leaves out prefill/hidden"
+  rm -f "$OUT/nh.h5"
+else
+  bad "record --no-hidden failed"
+fi
+"$QC" record --help >"$TMP/stdout" 2>&1 && grep -q "usage: qwen-conform record" "$TMP/stdout" \
+  && ok "record --help" || bad "record --help"
+
+# ---- bad inputs: exit 2, message names the file / field, no output ---------------------------
+# expect_error NAME NEEDLE -- ARGS...   (output goes to $OUT/err.h5)
+expect_error() {
+  local name="$1" needle="$2"
+  shift 3
+  rm -f "$OUT/err.h5"
+  "$QC" record "$@" >"$TMP/stdout" 2>"$TMP/stderr"
+  local rc=$?
+  if [ "$rc" = 2 ]; then ok "$name: exit 2"; else bad "$name: exit $rc (want 2)"; fi
+  if grep -qF "qwen-conform record: $needle" "$TMP/stderr"; then
+    ok "$name: message names '$needle'"
+  else
+    bad "$name: message '$(cat "$TMP/stderr")' lacks 'qwen-conform record: $needle'"
+  fi
+  if [ -e "$OUT/err.h5" ] || ls "$OUT" | grep -q 'tmp'; then
+    bad "$name: left an output or temp file: $(ls "$OUT")"
+  else
+    ok "$name: no output file"
+  fi
+}
+
+mkdir -p "$TMP/badmodel" "$TMP/emptydir"
+echo '{"vocab_size": 16,' >"$TMP/badmodel/config.json"
+cp "$MODEL/config.json" "$TMP/emptydir/config.json"   # config but no weights
+printf '  \n' >"$TMP/empty.txt"
+printf '1 2 x3\n' >"$TMP/junk.txt"
+echo '{"max_seq_len": 4, "max_context_len": 6}' >"$TMP/profile.json"
+
+expect_error "missing model dir" "$TMP/nope" -- \
+  --model "$TMP/nope" --tokens 1,2 --out "$OUT/err.h5"
+expect_error "invalid config.json" "$TMP/badmodel/config.json" -- \
+  --model "$TMP/badmodel" --tokens 1,2 --out "$OUT/err.h5"
+expect_error "model without weights" "$TMP/emptydir" -- \
+  --model "$TMP/emptydir" --tokens 1,2 --out "$OUT/err.h5"
+expect_error "empty prompt" "--tokens: empty prompt" -- \
+  --model "$MODEL" --tokens "" --out "$OUT/err.h5"
+expect_error "empty tokens file" "$TMP/empty.txt: empty prompt" -- \
+  --model "$MODEL" --tokens-file "$TMP/empty.txt" --out "$OUT/err.h5"
+expect_error "junk in tokens file" "$TMP/junk.txt: item 3: 'x3'" -- \
+  --model "$MODEL" --tokens-file "$TMP/junk.txt" --out "$OUT/err.h5"
+expect_error "missing tokens file" "$TMP/none.txt: cannot open" -- \
+  --model "$MODEL" --tokens-file "$TMP/none.txt" --out "$OUT/err.h5"
+expect_error "token id out of range" "--tokens: item 2: token id 99999999 outside the vocabulary" -- \
+  --model "$MODEL" --tokens 1,99999999,3 --out "$OUT/err.h5"
+expect_error "beyond --max-context-len" "--max-context-len: max_context_len: prompt 3 + decode 5" -- \
+  --model "$MODEL" --tokens 1,2,3 --decode 5 --max-context-len 7 --out "$OUT/err.h5"
+expect_error "beyond the profile's max_context_len" "$TMP/profile.json: max_context_len" -- \
+  --model "$MODEL" --tokens 1,2,3 --decode 4 --profile "$TMP/profile.json" --out "$OUT/err.h5"
+expect_error "history token out of range" "--history: item 1: token id 99999999" -- \
+  --model "$MODEL" --history 99999999 --tokens 1,2 --out "$OUT/err.h5"
+expect_error "history beyond max_context_len" "--max-context-len: max_context_len: history 3 + prompt 2" -- \
+  --model "$MODEL" --history 1,2,3 --tokens 1,2 --max-context-len 4 --out "$OUT/err.h5"
+expect_error "unwritable output" "$TMP/no/such/dir/x.h5" -- \
+  --model "$MODEL" --tokens 1,2,3 --out "$TMP/no/such/dir/x.h5"
+expect_error "output is a directory" "$OUT: is a directory" -- \
+  --model "$MODEL" --tokens 1,2,3 --out "$OUT"
+expect_error "missing --out" "--out: required" -- --model "$MODEL" --tokens 1,2,3
+expect_error "unknown option" "unknown option '--frobnicate'" -- \
+  --model "$MODEL" --tokens 1,2,3 --frobnicate --out "$OUT/err.h5"
+expect_error "bad --decode" "--decode: 'many' is not an integer" -- \
+  --model "$MODEL" --tokens 1,2,3 --decode many --out "$OUT/err.h5"
+if [ "$(id -u)" != 0 ]; then
+  mkdir -p "$TMP/ro" && chmod 555 "$TMP/ro"
+  expect_error "read-only directory" "$TMP/ro/x.h5" -- \
+    --model "$MODEL" --tokens 1,2,3 --out "$TMP/ro/x.h5"
+  chmod 755 "$TMP/ro"
+fi
+# an existing output is replaced only on success: a failing record leaves it intact
+cp "$OUT/static.h5" "$OUT/keep.h5" 2>/dev/null
+if [ -s "$OUT/keep.h5" ]; then
+  sum_before="$(cksum <"$OUT/keep.h5")"
+  "$QC" record --model "$MODEL" --tokens 1,99999999 --out "$OUT/keep.h5" >/dev/null 2>&1
+  [ "$(cksum <"$OUT/keep.h5")" = "$sum_before" ] && ok "a failed record leaves an existing output intact" \
+    || bad "a failed record changed an existing output"
+fi
+
+# ---- inspect on bad files ---------------------------------------------------------------
+echo "not hdf5" >"$TMP/text.h5"
+"$QC" inspect "$TMP/text.h5" >/dev/null 2>"$TMP/stderr"
+rc=$?
+[ "$rc" = 2 ] && grep -qF "qwen-conform inspect: $TMP/text.h5: not an HDF5 file" "$TMP/stderr" \
+  && ok "inspect on a non-HDF5 file: exit 2 naming the file" \
+  || bad "inspect on a non-HDF5 file: exit $rc, $(cat "$TMP/stderr")"
+"$QC" inspect "$TMP/missing.h5" >/dev/null 2>"$TMP/stderr"
+rc=$?
+[ "$rc" = 2 ] && grep -qF "$TMP/missing.h5" "$TMP/stderr" \
+  && ok "inspect on a missing file: exit 2" || bad "inspect on a missing file: exit $rc"
+"$QC" inspect >/dev/null 2>&1
+rc=$?
+[ "$rc" = 2 ] && ok "inspect without a file: exit 2" || bad "inspect without a file: exit $rc"
+
+echo "# $pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,425 @@
+/* test_config.c — config.json parsing: every accepted variant and every malformed class, with
+ * the exact field named in the message. Expected values are written by hand from the spec
+ * tables (qwen35-architecture.md section 2) and the JSON texts below. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc/qc_config.h"
+
+/* ==== A base config and a tiny JSON editor ==== */
+
+/* Real-style nested config (layout of the Hub files), 4 layers, rope_parameters. */
+static const char *BASE_NESTED =
+    "{\"architectures\":[\"Qwen3_5ForConditionalGeneration\"],\"model_type\":\"qwen3_5\","
+    "\"text_config\":{\"vocab_size\":512,\"hidden_size\":64,\"intermediate_size\":128,"
+    "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,"
+    "\"linear_num_key_heads\":2,\"linear_num_value_heads\":4,\"linear_key_head_dim\":16,"
+    "\"linear_value_head_dim\":8,\"linear_conv_kernel_dim\":4,\"rms_norm_eps\":1e-06,"
+    "\"hidden_act\":\"silu\",\"attention_bias\":false,\"max_position_embeddings\":4096,"
+    "\"layer_types\":[\"linear_attention\",\"linear_attention\",\"linear_attention\","
+    "\"full_attention\"],"
+    "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000000.0,"
+    "\"partial_rotary_factor\":0.25,\"mrope_section\":[11,11,10],\"mrope_interleaved\":true},"
+    "\"tie_word_embeddings\":true},"
+    "\"tie_word_embeddings\":true,\"vision_config\":{\"depth\":1}}";
+
+/* Apply edits "path=json" (or "path" alone to delete) to a JSON text; returns malloc'd text. */
+static char *edit(const char *base, const char *const *edits) {
+    cJSON *root = cJSON_Parse(base);
+    ck_assert_ptr_nonnull(root);
+    for (int i = 0; edits && edits[i]; i++) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", edits[i]);
+        char *eq = strchr(buf, '=');
+        if (eq) *eq = '\0';
+        cJSON *obj = root;
+        char *key = buf, *dot;
+        while ((dot = strchr(key, '.')) != NULL) {
+            *dot = '\0';
+            cJSON *next = cJSON_GetObjectItemCaseSensitive(obj, key);
+            if (!next) next = cJSON_AddObjectToObject(obj, key);
+            obj = next;
+            key = dot + 1;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+        if (eq) {
+            cJSON *v = cJSON_Parse(eq + 1);
+            ck_assert_msg(v != NULL, "bad edit value %s", eq + 1);
+            cJSON_AddItemToObject(obj, key, v);
+        }
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* Parse base+edits; check status and (if non-NULL) that the message contains `want`. */
+static qc_status parse_edit(const char *base, const char *const *edits, qc_config *cfg,
+                            qc_err *err) {
+    char *s = edit(base, edits);
+    qc_err_clear(err);
+    qc_status st = qc_config_parse(s, strlen(s), "m/config.json", cfg, err);
+    free(s);
+    return st;
+}
+
+#define EXPECT_ERR(base, code, want, ...)                                                   \
+    do {                                                                                    \
+        const char *ed_[] = {__VA_ARGS__, NULL};                                            \
+        qc_config c_;                                                                       \
+        qc_err e_;                                                                          \
+        qc_status st_ = parse_edit(base, ed_, &c_, &e_);                                    \
+        ck_assert_msg(st_ == (code), "status %s != %s (msg: %s)", qc_status_str(st_),       \
+                      qc_status_str(code), e_.msg);                                         \
+        ck_assert_msg(strstr(e_.msg, want) != NULL, "message \"%s\" lacks \"%s\"", e_.msg,  \
+                      want);                                                                \
+    } while (0)
+
+/* Flat text config (Qwen3_5ForCausalLM style) with legacy top-level rope fields. */
+static char *flat_legacy(void) {
+    const char *ed[] = {"text_config", "vision_config", "tie_word_embeddings", NULL};
+    char *nested = edit(BASE_NESTED, NULL);
+    cJSON *root = cJSON_Parse(nested);
+    free(nested);
+    cJSON *tc = cJSON_DetachItemFromObjectCaseSensitive(root, "text_config");
+    cJSON_Delete(root);
+    cJSON *rp = cJSON_DetachItemFromObjectCaseSensitive(tc, "rope_parameters");
+    cJSON_Delete(rp);
+    cJSON_AddNumberToObject(tc, "rope_theta", 500000.0);
+    cJSON_AddNumberToObject(tc, "partial_rotary_factor", 0.5);
+    char *s = cJSON_PrintUnformatted(tc);
+    cJSON_Delete(tc);
+    (void)ed;
+    return s;
+}
+
+/* ==== Accepted variants ==== */
+
+START_TEST(test_nested_rope_parameters) {
+    qc_config c;
+    qc_err e;
+    ck_assert_int_eq(parse_edit(BASE_NESTED, NULL, &c, &e), QC_OK);
+    ck_assert_int_eq(c.nested, 1);
+    ck_assert_int_eq(c.vocab_size, 512);
+    ck_assert_int_eq(c.hidden_size, 64);
+    ck_assert_int_eq(c.intermediate_size, 128);
+    ck_assert_int_eq(c.n_layers, 4);
+    ck_assert_int_eq(c.n_heads, 4);
+    ck_assert_int_eq(c.n_kv_heads, 2);
+    ck_assert_int_eq(c.head_dim, 16);
+    ck_assert_int_eq(c.lin_n_k_heads, 2);
+    ck_assert_int_eq(c.lin_n_v_heads, 4);
+    ck_assert_int_eq(c.lin_k_dim, 16);
+    ck_assert_int_eq(c.lin_v_dim, 8);
+    ck_assert_int_eq(c.conv_kernel, 4);
+    ck_assert_double_eq(c.rms_eps, 1e-6);
+    ck_assert_double_eq(c.rope_theta, 1e7);
+    ck_assert_double_eq(c.partial_rotary_factor, 0.25);
+    ck_assert_int_eq(c.rotary_dim, 4); /* 16 * 0.25 */
+    ck_assert_int_eq(c.tie_word_embeddings, 1);
+    ck_assert_int_eq(c.max_position_embeddings, 4096);
+    ck_assert_int_eq(c.layer_types[0], QC_LAYER_LINEAR);
+    ck_assert_int_eq(c.layer_types[2], QC_LAYER_LINEAR);
+    ck_assert_int_eq(c.layer_types[3], QC_LAYER_FULL);
+    ck_assert_int_eq(qc_cfg_key_dim(&c), 32);
+    ck_assert_int_eq(qc_cfg_value_dim(&c), 32);
+    ck_assert_int_eq(qc_cfg_conv_dim(&c), 96);
+}
+END_TEST
+
+START_TEST(test_not_nul_terminated) {
+    /* the parser gets a length; bytes after it must be ignored */
+    size_t n = strlen(BASE_NESTED);
+    char *buf = malloc(n + 16);
+    memcpy(buf, BASE_NESTED, n);
+    memcpy(buf + n, "garbage}}}}XXXX", 16);
+    qc_config c;
+    qc_err e;
+    ck_assert_int_eq(qc_config_parse(buf, n, "m/config.json", &c, &e), QC_OK);
+    ck_assert_int_eq(c.hidden_size, 64);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_flat_legacy_rope) {
+    char *s = flat_legacy();
+    qc_config c;
+    qc_err e;
+    ck_assert_int_eq(qc_config_parse(s, strlen(s), "m/config.json", &c, &e), QC_OK);
+    ck_assert_int_eq(c.nested, 0);
+    ck_assert_double_eq(c.rope_theta, 500000.0);
+    ck_assert_double_eq(c.partial_rotary_factor, 0.5);
+    ck_assert_int_eq(c.rotary_dim, 8);
+    ck_assert_int_eq(c.tie_word_embeddings, 1); /* text-level field of the flat config */
+    /* flat: messages carry no "text_config." prefix */
+    const char *ed[] = {"hidden_size", NULL};
+    ck_assert_int_eq(parse_edit(s, ed, &c, &e), QC_ERR_MISSING);
+    ck_assert_str_eq(e.msg, "m/config.json: hidden_size: missing");
+    free(s);
+}
+END_TEST
+
+START_TEST(test_rope_defaults_and_top_level) {
+    qc_config c;
+    qc_err e;
+    /* no rope fields anywhere: theta 10000, partial 0.25 (HF post_init) */
+    const char *none[] = {"text_config.rope_parameters", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, none, &c, &e), QC_OK);
+    ck_assert_double_eq(c.rope_theta, 10000.0);
+    ck_assert_double_eq(c.partial_rotary_factor, 0.25);
+    ck_assert_int_eq(c.rotary_dim, 4);
+    /* legacy fields at the top level of a nested config */
+    const char *top[] = {"text_config.rope_parameters", "rope_theta=123456.0",
+                         "partial_rotary_factor=0.5", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, top, &c, &e), QC_OK);
+    ck_assert_double_eq(c.rope_theta, 123456.0);
+    ck_assert_int_eq(c.rotary_dim, 8);
+    /* rope_parameters wins over a legacy text field */
+    const char *both[] = {"text_config.rope_theta=5.0", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, both, &c, &e), QC_OK);
+    ck_assert_double_eq(c.rope_theta, 1e7);
+    /* a partial rope_parameters falls back per field */
+    const char *part[] = {"text_config.rope_parameters.partial_rotary_factor",
+                          "text_config.partial_rotary_factor=1.0", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, part, &c, &e), QC_OK);
+    ck_assert_double_eq(c.rope_theta, 1e7);
+    ck_assert_int_eq(c.rotary_dim, 16);
+}
+END_TEST
+
+START_TEST(test_layer_types_interval) {
+    qc_config c;
+    qc_err e;
+    /* interval 3 over 7 layers: full at 2 and 5 */
+    const char *iv[] = {"text_config.layer_types", "text_config.full_attention_interval=3",
+                        "text_config.num_hidden_layers=7", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, iv, &c, &e), QC_OK);
+    int want3[7] = {0, 0, 1, 0, 0, 1, 0};
+    for (int i = 0; i < 7; i++) ck_assert_int_eq(c.layer_types[i], want3[i]);
+    /* no layer_types, no interval: default 4 -> full at 3 and 7 of 8 */
+    const char *dflt[] = {"text_config.layer_types", "text_config.num_hidden_layers=8", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, dflt, &c, &e), QC_OK);
+    int want4[8] = {0, 0, 0, 1, 0, 0, 0, 1};
+    for (int i = 0; i < 8; i++) ck_assert_int_eq(c.layer_types[i], want4[i]);
+    /* explicit layer_types wins over the interval */
+    const char *lt[] = {"text_config.full_attention_interval=1",
+                        "text_config.layer_types=[\"full_attention\",\"linear_attention\","
+                        "\"full_attention\",\"linear_attention\"]",
+                        NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, lt, &c, &e), QC_OK);
+    ck_assert_int_eq(c.layer_types[0], QC_LAYER_FULL);
+    ck_assert_int_eq(c.layer_types[1], QC_LAYER_LINEAR);
+    ck_assert_int_eq(c.layer_types[2], QC_LAYER_FULL);
+    ck_assert_int_eq(c.layer_types[3], QC_LAYER_LINEAR);
+}
+END_TEST
+
+START_TEST(test_tie_rules) {
+    qc_config c;
+    qc_err e;
+    const char *top_only[] = {"text_config.tie_word_embeddings", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, top_only, &c, &e), QC_OK);
+    ck_assert_int_eq(c.tie_word_embeddings, 1);
+    const char *absent[] = {"text_config.tie_word_embeddings", "tie_word_embeddings", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, absent, &c, &e), QC_OK);
+    ck_assert_int_eq(c.tie_word_embeddings, 0); /* HF class default */
+    const char *text_wins[] = {"text_config.tie_word_embeddings=false", "tie_word_embeddings=true",
+                               NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, text_wins, &c, &e), QC_OK);
+    ck_assert_int_eq(c.tie_word_embeddings, 0);
+    const char *text_true[] = {"text_config.tie_word_embeddings=true", "tie_word_embeddings=false",
+                               NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, text_true, &c, &e), QC_OK);
+    ck_assert_int_eq(c.tie_word_embeddings, 1);
+}
+END_TEST
+
+START_TEST(test_defaults_head_dim_eps) {
+    qc_config c;
+    qc_err e;
+    const char *ed[] = {"text_config.head_dim", "text_config.rms_norm_eps",
+                        "text_config.max_position_embeddings", "text_config.head_dim=null", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, ed, &c, &e), QC_OK);
+    ck_assert_int_eq(c.head_dim, 16); /* 64 / 4 */
+    ck_assert_double_eq(c.rms_eps, 1e-6);
+    ck_assert_int_eq(c.max_position_embeddings, 32768);
+}
+END_TEST
+
+START_TEST(test_presets) {
+    qc_config c;
+    qc_err e;
+    ck_assert_int_eq(qc_config_preset("0.8b", &c, &e), QC_OK);
+    ck_assert_int_eq(c.vocab_size, 248320);
+    ck_assert_int_eq(c.hidden_size, 1024);
+    ck_assert_int_eq(c.intermediate_size, 3584);
+    ck_assert_int_eq(c.n_layers, 24);
+    ck_assert_int_eq(c.n_heads, 8);
+    ck_assert_int_eq(c.n_kv_heads, 2);
+    ck_assert_int_eq(c.head_dim, 256);
+    ck_assert_int_eq(c.lin_n_k_heads, 16);
+    ck_assert_int_eq(c.lin_n_v_heads, 16);
+    ck_assert_int_eq(c.rotary_dim, 64);
+    ck_assert_double_eq(c.rope_theta, 1e7);
+    ck_assert_int_eq(c.tie_word_embeddings, 1);
+    ck_assert_int_eq(qc_cfg_conv_dim(&c), 6144); /* spec 3.5 */
+    for (int i = 0; i < 24; i++) ck_assert_int_eq(c.layer_types[i], (i % 4 == 3));
+    ck_assert_int_eq(qc_config_preset("2b", &c, &e), QC_OK);
+    ck_assert_int_eq(c.hidden_size, 2048);
+    ck_assert_int_eq(c.intermediate_size, 6144);
+    ck_assert_int_eq(qc_cfg_conv_dim(&c), 6144);
+    ck_assert_int_eq(qc_config_preset("4b", &c, &e), QC_OK);
+    ck_assert_int_eq(c.hidden_size, 2560);
+    ck_assert_int_eq(c.n_layers, 32);
+    ck_assert_int_eq(c.lin_n_v_heads, 32);
+    ck_assert_int_eq(qc_cfg_conv_dim(&c), 8192);
+    ck_assert_int_eq(c.tie_word_embeddings, 1);
+    ck_assert_int_eq(qc_config_preset("9b", &c, &e), QC_OK);
+    ck_assert_int_eq(c.hidden_size, 4096);
+    ck_assert_int_eq(c.intermediate_size, 12288);
+    ck_assert_int_eq(c.n_heads, 16);
+    ck_assert_int_eq(c.n_kv_heads, 4);
+    ck_assert_int_eq(c.tie_word_embeddings, 0);
+    ck_assert_int_eq(qc_config_preset("27b", &c, &e), QC_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "27b"));
+}
+END_TEST
+
+/* ==== Malformed ==== */
+
+START_TEST(test_bad_json) {
+    qc_config c;
+    qc_err e;
+    const char *bad = "{\"text_config\": {\"hidden_size\": 64,}";
+    ck_assert_int_eq(qc_config_parse(bad, strlen(bad), "m/config.json", &c, &e), QC_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "m/config.json: not well-formed JSON"));
+    ck_assert_int_eq(qc_config_parse("", 0, "m/config.json", &c, &e), QC_ERR_FORMAT);
+    ck_assert_int_eq(qc_config_parse("[1,2]", 5, "m/config.json", &c, &e), QC_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "not a JSON object"));
+    ck_assert_int_eq(qc_config_parse("{} {}", 5, "m/config.json", &c, &e), QC_ERR_FORMAT);
+    ck_assert_int_eq(qc_config_parse("{\"a\":1\0}", 8, "m/config.json", &c, &e), QC_ERR_FORMAT);
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT, "m/config.json: text_config: expected an object",
+               "text_config=[1]");
+}
+END_TEST
+
+START_TEST(test_bad_fields) {
+    EXPECT_ERR(BASE_NESTED, QC_ERR_MISSING, "m/config.json: text_config.hidden_size: missing",
+               "text_config.hidden_size");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_MISSING, "m/config.json: text_config.linear_conv_kernel_dim: missing",
+               "text_config.linear_conv_kernel_dim");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.hidden_size: expected a positive integer, got a string",
+               "text_config.hidden_size=\"64\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.num_attention_heads: expected a positive integer, got 0",
+               "text_config.num_attention_heads=0");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.vocab_size: expected a positive integer, got -3",
+               "text_config.vocab_size=-3");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.intermediate_size: expected a positive integer, got 2.5",
+               "text_config.intermediate_size=2.5");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.head_dim: expected a positive integer",
+               "text_config.head_dim=1e12");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT, "m/config.json: text_config.rms_norm_eps: expected a positive number",
+               "text_config.rms_norm_eps=0");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.tie_word_embeddings: expected true or false, got 1",
+               "text_config.tie_word_embeddings=1");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: tie_word_embeddings: expected true or false, got a string",
+               "text_config.tie_word_embeddings", "tie_word_embeddings=\"yes\"");
+}
+END_TEST
+
+START_TEST(test_bad_consistency) {
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.linear_num_value_heads: 3 is not a multiple of "
+               "linear_num_key_heads 2",
+               "text_config.linear_num_value_heads=3");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.num_attention_heads: 6 is not a multiple of "
+               "num_key_value_heads 4",
+               "text_config.num_attention_heads=6", "text_config.num_key_value_heads=4");
+    /* 16 * 0.3125 = 5: odd rotary dim */
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.rope_parameters.partial_rotary_factor: 0.3125 x head_dim "
+               "16 gives rotary dim 5",
+               "text_config.rope_parameters.partial_rotary_factor=0.3125");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.rope_parameters.partial_rotary_factor: 1.5 is greater than 1",
+               "text_config.rope_parameters.partial_rotary_factor=1.5");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: partial_rotary_factor: 0.03125 x head_dim 16 gives rotary dim 0",
+               "text_config.rope_parameters", "partial_rotary_factor=0.03125");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.rope_parameters.rope_theta: expected a positive number, got -1",
+               "text_config.rope_parameters.rope_theta=-1");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.rope_parameters: expected an object",
+               "text_config.rope_parameters=7");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.layer_types: 4 entries != num_hidden_layers 5",
+               "text_config.num_hidden_layers=5");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.layer_types[1]: a string (\"mamba\") is not",
+               "text_config.layer_types=[\"full_attention\",\"mamba\",\"full_attention\","
+               "\"full_attention\"]");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT, "m/config.json: text_config.layer_types: expected an array",
+               "text_config.layer_types={}");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: text_config.num_hidden_layers: 300 exceeds QC_MAX_LAYERS 256",
+               "text_config.num_hidden_layers=300", "text_config.layer_types");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.full_attention_interval: expected a positive integer",
+               "text_config.layer_types", "text_config.full_attention_interval=0");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED, "m/config.json: text_config.hidden_act: a string (\"gelu\")",
+               "text_config.hidden_act=\"gelu\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED, "m/config.json: text_config.attention_bias: true",
+               "text_config.attention_bias=true");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: text_config.rope_parameters.rope_type: a string (\"yarn\")",
+               "text_config.rope_parameters.rope_type=\"yarn\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT, "m/config.json: text_config.linear_num_key_heads: conv dim",
+               "text_config.linear_num_key_heads=1000000", "text_config.linear_num_value_heads=1000000",
+               "text_config.linear_key_head_dim=100000");
+}
+END_TEST
+
+START_TEST(test_load_missing_file) {
+    qc_config c;
+    qc_err e;
+    ck_assert_int_eq(qc_config_load("/nonexistent-qc-dir", &c, &e), QC_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "/nonexistent-qc-dir/config.json"));
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("config");
+    TCase *ok = tcase_create("accepted");
+    tcase_add_test(ok, test_nested_rope_parameters);
+    tcase_add_test(ok, test_not_nul_terminated);
+    tcase_add_test(ok, test_flat_legacy_rope);
+    tcase_add_test(ok, test_rope_defaults_and_top_level);
+    tcase_add_test(ok, test_layer_types_interval);
+    tcase_add_test(ok, test_tie_rules);
+    tcase_add_test(ok, test_defaults_head_dim_eps);
+    tcase_add_test(ok, test_presets);
+    suite_add_tcase(s, ok);
+    TCase *bad = tcase_create("malformed");
+    tcase_add_test(bad, test_bad_json);
+    tcase_add_test(bad, test_bad_fields);
+    tcase_add_test(bad, test_bad_consistency);
+    tcase_add_test(bad, test_load_missing_file);
+    suite_add_tcase(s, bad);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}

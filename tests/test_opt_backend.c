@@ -1,0 +1,415 @@
+/* test_opt_backend.c — the optimized backend against the reference backend on tiny synthetic
+ * models: static / dynamic / no-KV prefill + decode, F32 / BF16 / F16, nv = nk and nv = 2 nk,
+ * dk != dv, odd sizes (SIMD tails), chunked (several chunk sizes) and recurrent DeltaNet, the
+ * packed-GEMM and the matrix-vector projection paths, every ISA this CPU runs; bit-identical
+ * results for 1, 2 and 3 threads; argument errors; the trace hook.
+ *
+ * Tolerance: max |opt - ref| <= 1e-4 * max(|ref|) + 1e-6 per compared buffer (logits of every
+ * position, k/v caches, conv and recurrent states). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc/qc_backend.h"
+#include "qc/qc_model.h"
+#include "qc/qc_prefill.h"
+#include "qc/qc_state.h"
+#include "qc_testmodel.h"
+#include "../optimized/qc_opt_kernels.h"
+
+/* ===================================================================================== */
+/* Models                                                                                 */
+/* ===================================================================================== */
+
+/* geometry 0: the qc_testmodel defaults (nv = 2 nk, dk 8 != dv 6);
+ * geometry 1: nv = nk, odd sizes everywhere (H 36, I 52, hd 12, dk 12, dv 10, V 70);
+ * geometry 2: sizes that are multiples of 16 plus a tail (H 48, I 80, dk 32, dv 24, hd 32) */
+static qc_config tiny_cfg(int geom) {
+    qc_testmodel_opts o;
+    qc_testmodel_defaults(&o);
+    qc_config c = o.cfg;
+    c.tie_word_embeddings = 1;
+    if (geom == 1) {
+        c.vocab_size = 70; c.hidden_size = 36; c.intermediate_size = 52;
+        c.n_heads = 2; c.n_kv_heads = 1; c.head_dim = 12; c.rotary_dim = 6;
+        c.lin_n_k_heads = 3; c.lin_n_v_heads = 3; c.lin_k_dim = 12; c.lin_v_dim = 10;
+        c.n_layers = 5;
+        for (int i = 0; i < 5; i++) c.layer_types[i] = (i == 1 || i == 4) ? QC_LAYER_FULL : QC_LAYER_LINEAR;
+    } else if (geom == 2) {
+        c.vocab_size = 100; c.hidden_size = 48; c.intermediate_size = 80;
+        c.n_heads = 4; c.n_kv_heads = 2; c.head_dim = 32; c.rotary_dim = 16;
+        c.lin_n_k_heads = 2; c.lin_n_v_heads = 4; c.lin_k_dim = 32; c.lin_v_dim = 24;
+    }
+    return c;
+}
+
+static qc_model *tiny_model(int geom, qc_dtype dt) {
+    qc_config c = tiny_cfg(geom);
+    qc_model *m = NULL;
+    qc_err e = {0};
+    qc_status s = qc_model_synthetic(&c, dt, 7 + geom, &m, &e);
+    ck_assert_msg(s == QC_OK, "synthetic: %s", e.msg);
+    return m;
+}
+
+/* ===================================================================================== */
+/* Running a sequence                                                                     */
+/* ===================================================================================== */
+
+typedef struct {
+    const char *backend;
+    qc_mode mode;
+    int max_seq_len;  /* tokens per call (dynamic / no-KV) */
+    qc_dn_kernel dn;
+    int chunk;
+    int threads;
+} run_cfg;
+
+typedef struct {
+    float *logits;  /* [(n + S), V]: every prompt position, then each decode step */
+    qc_state *st;   /* final state */
+    char desc[160];
+} run_out;
+
+static void run_seq(const qc_model *m, const run_cfg *rc, const int32_t *toks, int n, int S,
+                    run_out *out) {
+    const int V = m->cfg.vocab_size, ctx = n + S;
+    qc_backend_opts bo;
+    qc_backend_opts_default(&bo);
+    bo.dn_kernel = rc->dn;
+    bo.chunk_size = rc->chunk;
+    bo.n_threads = rc->threads;
+    bo.max_tokens = ctx;
+    qc_backend *be = NULL;
+    qc_err e = {0};
+    ck_assert_msg(qc_backend_create(rc->backend, m, &bo, &be, &e) == QC_OK, "create: %s", e.msg);
+    snprintf(out->desc, sizeof out->desc, "%s", be->describe(be));
+    ck_assert_int_eq(qc_state_create(&m->cfg, ctx, &out->st, &e), QC_OK);
+    qc_profile p;
+    qc_profile_for_mode(&p, rc->mode, rc->max_seq_len, ctx);
+    qc_runner *r = NULL;
+    ck_assert_msg(qc_runner_create(be, &p, out->st, &r, &e) == QC_OK, "runner: %s", e.msg);
+    qc_runner_reset(r);
+    out->logits = calloc((size_t)ctx * V, sizeof(float));
+    ck_assert_msg(qc_runner_prefill(r, toks, n, 0, out->logits, NULL, NULL, &e) == QC_OK,
+                  "prefill: %s", e.msg);
+    for (int s = 0; s < S; s++)
+        ck_assert_msg(qc_runner_decode(r, toks[n + s], out->logits + (size_t)(n + s) * V, &e) == QC_OK,
+                      "decode: %s", e.msg);
+    qc_runner_destroy(r);
+    qc_backend_destroy(be);
+}
+
+static void run_free(run_out *o) {
+    free(o->logits);
+    qc_state_destroy(o->st);
+}
+
+/* max |a - b| <= tol * max|b| + 1e-6 */
+static void close_enough(const float *a, const float *b, size_t count, double tol, const char *what) {
+    double mx = 0.0, md = 0.0;
+    size_t at = 0;
+    for (size_t i = 0; i < count; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        ck_assert_msg(isfinite(a[i]), "%s: element %zu is not finite", what, i);
+        if (fabs(b[i]) > mx) mx = fabs(b[i]);
+        if (d > md) { md = d; at = i; }
+    }
+    if (getenv("QC_TEST_VERBOSE")) fprintf(stderr, "%s: max diff %.3g (rel %.3g)\n", what, md, md / (mx > 0 ? mx : 1));
+    ck_assert_msg(md <= tol * mx + 1e-6, "%s: max |diff| %.3g at %zu (%.8g vs %.8g), max |ref| %.3g",
+                  what, md, at, a[at], b[at], mx);
+}
+
+static void compare_states(const qc_config *c, const qc_state *a, const qc_state *b, double tol,
+                           const char *tag) {
+    char what[256];
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_types[l] == QC_LAYER_FULL) {
+            size_t nkv = (size_t)a->n_kv_heads * a->max_context_len * a->head_dim;
+            snprintf(what, sizeof what, "%s: layer %d k_cache", tag, l);
+            close_enough(a->k_cache[l], b->k_cache[l], nkv, tol, what);
+            snprintf(what, sizeof what, "%s: layer %d v_cache", tag, l);
+            close_enough(a->v_cache[l], b->v_cache[l], nkv, tol, what);
+        } else {
+            snprintf(what, sizeof what, "%s: layer %d conv_state", tag, l);
+            close_enough(a->conv_state[l], b->conv_state[l], (size_t)a->conv_dim * a->conv_kernel, tol, what);
+            snprintf(what, sizeof what, "%s: layer %d recurrent_state", tag, l);
+            close_enough(a->recurrent_state[l], b->recurrent_state[l],
+                         (size_t)a->n_v_heads * a->k_dim * a->v_dim, tol, what);
+        }
+    }
+}
+
+static int states_identical(const qc_config *c, const qc_state *a, const qc_state *b) {
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_types[l] == QC_LAYER_FULL) {
+            size_t nkv = (size_t)a->n_kv_heads * a->max_context_len * a->head_dim * 4;
+            if (memcmp(a->k_cache[l], b->k_cache[l], nkv) || memcmp(a->v_cache[l], b->v_cache[l], nkv))
+                return 0;
+        } else {
+            if (memcmp(a->conv_state[l], b->conv_state[l], (size_t)a->conv_dim * a->conv_kernel * 4) ||
+                memcmp(a->recurrent_state[l], b->recurrent_state[l],
+                       (size_t)a->n_v_heads * a->k_dim * a->v_dim * 4))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+static void make_tokens(int32_t *t, int n, int V, unsigned seed) {
+    unsigned x = seed * 2654435761u + 12345u;
+    for (int i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        t[i] = (int32_t)((x >> 8) % (unsigned)V);
+    }
+}
+
+/* one comparison: optimized vs reference with the same run configuration */
+static void check_vs_ref(const qc_model *m, run_cfg rc, int n, int S, double tol, const char *tag) {
+    int32_t toks[128];
+    make_tokens(toks, n + S, m->cfg.vocab_size, (unsigned)(n * 31 + S));
+    run_out ro, oo;
+    rc.backend = "reference";
+    run_seq(m, &rc, toks, n, S, &ro);
+    rc.backend = "optimized";
+    run_seq(m, &rc, toks, n, S, &oo);
+    char what[512];
+    snprintf(what, sizeof what, "%s [%s] logits", tag, oo.desc);
+    close_enough(oo.logits, ro.logits, (size_t)(n + S) * m->cfg.vocab_size, tol, what);
+    snprintf(what, sizeof what, "%s [%s]", tag, oo.desc);
+    compare_states(&m->cfg, oo.st, ro.st, tol, what);
+    run_free(&ro);
+    run_free(&oo);
+}
+
+/* ===================================================================================== */
+/* Conformance                                                                            */
+/* ===================================================================================== */
+
+static const qc_dtype dtypes[3] = {QC_F32, QC_BF16, QC_F16};
+
+/* loop index: dtype x geometry */
+START_TEST(matches_reference_all_modes) {
+    const qc_dtype dt = dtypes[_i % 3];
+    const int geom = _i / 3;
+    qc_model *m = tiny_model(geom, dt);
+    char tag[128];
+    const double tol = 1e-4;
+    /* dynamic: 19 tokens in chunks of 11 (2nd call continues from a non-zero state),
+     * DeltaNet chunks of 4 (several chunks + a tail) */
+    run_cfg rc = {NULL, QC_MODE_DYNAMIC, 11, QC_DN_CHUNKED, 4, 2};
+    snprintf(tag, sizeof tag, "%s geom %d dynamic chunk 4", qc_dtype_str(dt), geom);
+    check_vs_ref(m, rc, 19, 3, tol, tag);
+    /* dynamic, chunk 64 (> call length), and the recurrent kernel */
+    rc.chunk = 64;
+    snprintf(tag, sizeof tag, "%s geom %d dynamic chunk 64", qc_dtype_str(dt), geom);
+    check_vs_ref(m, rc, 19, 3, tol, tag);
+    rc.dn = QC_DN_RECURRENT;
+    snprintf(tag, sizeof tag, "%s geom %d dynamic recurrent", qc_dtype_str(dt), geom);
+    check_vs_ref(m, rc, 19, 3, tol, tag);
+    /* few-token calls (matrix-vector path): chunks of 5 */
+    rc.dn = QC_DN_CHUNKED; rc.chunk = 3; rc.max_seq_len = 5;
+    snprintf(tag, sizeof tag, "%s geom %d dynamic 5-token calls", qc_dtype_str(dt), geom);
+    check_vs_ref(m, rc, 13, 2, tol, tag);
+    /* static: one token per call */
+    rc.mode = QC_MODE_STATIC;
+    snprintf(tag, sizeof tag, "%s geom %d static", qc_dtype_str(dt), geom);
+    check_vs_ref(m, rc, 9, 3, tol, tag);
+    /* no KV cache: every call recomputes the sequence */
+    rc.mode = QC_MODE_NOKV; rc.max_seq_len = 6; rc.chunk = 4;
+    snprintf(tag, sizeof tag, "%s geom %d nokv", qc_dtype_str(dt), geom);
+    check_vs_ref(m, rc, 14, 2, tol, tag);
+    qc_model_free(m);
+}
+END_TEST
+
+/* every ISA this CPU supports, forced through QC_ISA (and the GEMM path for n = 1 via
+ * QC_OPT_GEMM_MIN=1) */
+START_TEST(every_isa_matches_reference) {
+    static const char *isas[3] = {"scalar", "avx2", "avx512"};
+    qc_model *m = tiny_model(2, QC_BF16);
+    for (int i = 0; i < 3; i++) {
+        if (!qc_opt_kernels_by_name(isas[i])) continue;
+        setenv("QC_ISA", isas[i], 1);
+        for (int g = 0; g < 2; g++) {
+            if (g) setenv("QC_OPT_GEMM_MIN", "1", 1);
+            char tag[128];
+            snprintf(tag, sizeof tag, "ISA %s gemm_min %s", isas[i], g ? "1" : "default");
+            run_cfg rc = {NULL, QC_MODE_DYNAMIC, 40, QC_DN_CHUNKED, 16, 2};
+            check_vs_ref(m, rc, 37, 2, 1e-4, tag);
+            rc.mode = QC_MODE_STATIC;
+            check_vs_ref(m, rc, 5, 2, 1e-4, tag);
+            unsetenv("QC_OPT_GEMM_MIN");
+        }
+        /* describe() names the ISA */
+        qc_backend *be = NULL;
+        ck_assert_int_eq(qc_optimized_create(m, NULL, &be, NULL), QC_OK);
+        const char *want = i == 0 ? "scalar" : i == 1 ? "AVX2" : "AVX-512";
+        ck_assert_msg(strstr(be->describe(be), want), "describe '%s' lacks %s", be->describe(be), want);
+        qc_backend_destroy(be);
+        unsetenv("QC_ISA");
+    }
+    qc_model_free(m);
+}
+END_TEST
+
+/* ===================================================================================== */
+/* Thread-count invariance                                                                */
+/* ===================================================================================== */
+
+START_TEST(bit_identical_for_1_2_3_threads) {
+    qc_model *m = tiny_model(_i == 0 ? 0 : 2, _i == 0 ? QC_BF16 : QC_F32);
+    int32_t toks[64];
+    make_tokens(toks, 45, m->cfg.vocab_size, 99);
+    const int V = m->cfg.vocab_size;
+    const qc_mode modes[2] = {QC_MODE_DYNAMIC, QC_MODE_STATIC};
+    for (int mi = 0; mi < 2; mi++)
+        for (int dn = 0; dn < 2; dn++) {
+            run_out r[3];
+            for (int t = 0; t < 3; t++) {
+                run_cfg rc = {"optimized", modes[mi], 40, dn ? QC_DN_RECURRENT : QC_DN_CHUNKED, 8, t + 1};
+                run_seq(m, &rc, toks, mi ? 12 : 40, 3, &r[t]);
+            }
+            const int n = (mi ? 12 : 40) + 3;
+            for (int t = 1; t < 3; t++) {
+                ck_assert_msg(!memcmp(r[0].logits, r[t].logits, (size_t)n * V * 4),
+                              "logits differ between 1 and %d threads (mode %d dn %d)", t + 1, mi, dn);
+                ck_assert_msg(states_identical(&m->cfg, r[0].st, r[t].st),
+                              "state differs between 1 and %d threads (mode %d dn %d)", t + 1, mi, dn);
+            }
+            for (int t = 0; t < 3; t++) run_free(&r[t]);
+        }
+    qc_model_free(m);
+}
+END_TEST
+
+/* ===================================================================================== */
+/* Interface                                                                              */
+/* ===================================================================================== */
+
+typedef struct {
+    int calls;
+    int seen[16];
+    int dim, n;
+} trace_rec;
+
+static void on_trace(void *user, int index, const char *name, int start_pos, int n_tokens, int dim,
+                     const float *data) {
+    trace_rec *t = user;
+    (void)start_pos;
+    ck_assert_str_eq(name, "hidden");
+    ck_assert(index >= 0 && index < 16);
+    ck_assert(isfinite(data[0]) && isfinite(data[(size_t)n_tokens * dim - 1]));
+    t->seen[index]++;
+    t->calls++;
+    t->dim = dim;
+    t->n = n_tokens;
+}
+
+START_TEST(errors_and_trace) {
+    qc_model *m = tiny_model(0, QC_F32);
+    const qc_config *c = &m->cfg;
+    qc_backend_opts bo;
+    qc_backend_opts_default(&bo);
+    bo.max_tokens = 8;
+    qc_backend *be = NULL;
+    qc_err e = {0};
+    ck_assert_int_eq(qc_optimized_create(m, &bo, &be, &e), QC_OK);
+    ck_assert_str_eq(be->name, "optimized");
+    ck_assert_ptr_nonnull(strstr(be->describe(be), "thread"));
+    qc_state *st = NULL;
+    ck_assert_int_eq(qc_state_create(c, 10, &st, &e), QC_OK);
+    int32_t toks[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    float *lg = calloc((size_t)12 * c->vocab_size, sizeof(float));
+    /* n > max_tokens, n < 1, positions beyond the capacity, bad ids: QC_ERR_RANGE, no change */
+    ck_assert_int_eq(be->forward(be, toks, 9, 0, st, lg, 1, &e), QC_ERR_RANGE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "max_tokens"));
+    ck_assert_int_eq(be->forward(be, toks, 0, 0, st, lg, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(be->forward(be, toks, 4, 7, st, lg, 1, &e), QC_ERR_RANGE);
+    toks[2] = c->vocab_size;
+    ck_assert_int_eq(be->forward(be, toks, 4, 0, st, lg, 1, &e), QC_ERR_RANGE);
+    toks[2] = -1;
+    ck_assert_int_eq(be->forward(be, toks, 4, 0, st, lg, 1, &e), QC_ERR_RANGE);
+    toks[2] = 3;
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layer_types[l] == QC_LAYER_LINEAR) {
+            for (int i = 0; i < st->conv_dim * st->conv_kernel; i++) ck_assert(st->conv_state[l][i] == 0.0f);
+            ck_assert(st->recurrent_state[l][0] == 0.0f);
+        }
+    /* trace: L + 1 checkpoints per forward, [n, H] each */
+    trace_rec tr = {0};
+    be->opts.trace = on_trace;
+    be->opts.trace_user = &tr;
+    ck_assert_int_eq(be->forward(be, toks, 5, 0, st, lg, 0, &e), QC_OK);
+    ck_assert_int_eq(tr.calls, c->n_layers + 1);
+    for (int i = 0; i <= c->n_layers; i++) ck_assert_int_eq(tr.seen[i], 1);
+    ck_assert_int_eq(tr.dim, c->hidden_size);
+    ck_assert_int_eq(tr.n, 5);
+    /* logits NULL is allowed */
+    ck_assert_int_eq(be->forward(be, toks + 5, 1, 5, st, NULL, 0, &e), QC_OK);
+    free(lg);
+    qc_state_destroy(st);
+    qc_backend_destroy(be);
+    qc_model_free(m);
+}
+END_TEST
+
+/* last-position logits of a dynamic call equal the last row of all_logits (same path) and
+ * logits of the optimized backend match the reference for the real-size lm_head shapes of a
+ * wider tiny model (lm_head rows not a multiple of the row block) */
+START_TEST(last_logits_equal_last_row) {
+    qc_model *m = tiny_model(1, QC_BF16);
+    const qc_config *c = &m->cfg;
+    qc_backend *be = NULL;
+    qc_backend_opts bo;
+    qc_backend_opts_default(&bo);
+    bo.max_tokens = 16;
+    ck_assert_int_eq(qc_optimized_create(m, &bo, &be, NULL), QC_OK);
+    qc_state *s1 = NULL, *s2 = NULL;
+    ck_assert_int_eq(qc_state_create(c, 16, &s1, NULL), QC_OK);
+    ck_assert_int_eq(qc_state_create(c, 16, &s2, NULL), QC_OK);
+    int32_t toks[16];
+    make_tokens(toks, 16, c->vocab_size, 5);
+    float *all = calloc((size_t)16 * c->vocab_size, 4), *last = calloc((size_t)c->vocab_size, 4);
+    ck_assert_int_eq(be->forward(be, toks, 16, 0, s1, all, 1, NULL), QC_OK);
+    ck_assert_int_eq(be->forward(be, toks, 16, 0, s2, last, 0, NULL), QC_OK);
+    /* the last row is computed by the matrix-vector path when only it is asked: close, and the
+     * states are bit-identical */
+    close_enough(last, all + (size_t)15 * c->vocab_size, (size_t)c->vocab_size, 1e-5, "last logits");
+    ck_assert(states_identical(c, s1, s2));
+    free(all);
+    free(last);
+    qc_state_destroy(s1);
+    qc_state_destroy(s2);
+    qc_backend_destroy(be);
+    qc_model_free(m);
+}
+END_TEST
+
+Suite *opt_backend_suite(void) {
+    Suite *s = suite_create("opt_backend");
+    TCase *tc = tcase_create("conformance");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, matches_reference_all_modes, 0, 9);
+    tcase_add_test(tc, every_isa_matches_reference);
+    suite_add_tcase(s, tc);
+    TCase *tt = tcase_create("threads");
+    tcase_set_timeout(tt, 300);
+    tcase_add_loop_test(tt, bit_identical_for_1_2_3_threads, 0, 2);
+    suite_add_tcase(s, tt);
+    TCase *ti = tcase_create("interface");
+    tcase_add_test(ti, errors_and_trace);
+    tcase_add_test(ti, last_logits_equal_last_row);
+    suite_add_tcase(s, ti);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(opt_backend_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

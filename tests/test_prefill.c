@@ -1,0 +1,227 @@
+/* test_prefill.c — the export profile and the prefill controller's strategies, checked with a
+ * mock backend that records every forward call (n, start_pos) and writes logits that depend
+ * only on (token, absolute position), so misplaced rows or wrong positions are visible. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc/qc_prefill.h"
+
+#define V 16
+#define MAXCALLS 256
+
+typedef struct { int n, pos; } call_rec;
+static call_rec calls[MAXCALLS];
+static int ncalls;
+
+/* argmax of the mock logits for token t at absolute position p */
+static int expect_tok(int t, int p) { return (t * 7 + p) % V; }
+
+static void mock_row(float *row, int t, int p) {
+    int a = expect_tok(t, p);
+    for (int v = 0; v < V; v++) row[v] = -(float)abs(v - a);
+}
+
+static qc_status mock_forward(qc_backend *be, const int32_t *toks, int n, int pos, qc_state *st,
+                              float *logits, int all, qc_err *err) {
+    if (n > be->opts.max_tokens) return qc_errf(err, QC_ERR_RANGE, "mock: n %d too large", n);
+    if (ncalls < MAXCALLS) calls[ncalls++] = (call_rec){n, pos};
+    /* mark which cache positions were written so "no KV" recomputation can be seen */
+    for (int i = 0; i < n; i++) st->k_cache[1][pos + i] = (float)toks[i] + 1.0f;
+    if (logits) {
+        if (all) for (int i = 0; i < n; i++) mock_row(logits + (size_t)i * V, toks[i], pos + i);
+        else mock_row(logits, toks[n - 1], pos + n - 1);
+    }
+    return QC_OK;
+}
+
+static qc_config cfg;
+static qc_model model;
+static qc_backend be;
+static qc_state *st;
+
+static void setup(void) {
+    memset(&cfg, 0, sizeof cfg);
+    cfg.vocab_size = V; cfg.hidden_size = 4; cfg.intermediate_size = 4; cfg.n_layers = 2;
+    cfg.n_heads = 1; cfg.n_kv_heads = 1; cfg.head_dim = 1;
+    cfg.lin_n_k_heads = 1; cfg.lin_n_v_heads = 1; cfg.lin_k_dim = 1; cfg.lin_v_dim = 1;
+    cfg.conv_kernel = 2; cfg.layer_types[0] = QC_LAYER_LINEAR; cfg.layer_types[1] = QC_LAYER_FULL;
+    model.cfg = cfg;
+    memset(&be, 0, sizeof be);
+    be.name = "mock";
+    be.model = &model;
+    qc_backend_opts_default(&be.opts);
+    be.opts.max_tokens = 64;
+    be.forward = mock_forward;
+    ck_assert_int_eq(qc_state_create(&cfg, 64, &st, NULL), QC_OK);
+    ncalls = 0;
+}
+static void teardown(void) { qc_state_destroy(st); }
+
+static qc_runner *mk(qc_mode mode, int seq, int ctx) {
+    qc_profile p;
+    qc_profile_for_mode(&p, mode, seq, ctx);
+    qc_runner *r = NULL;
+    qc_err e = {0};
+    ck_assert_msg(qc_runner_create(&be, &p, st, &r, &e) == QC_OK, "%s", e.msg);
+    return r;
+}
+
+static const int32_t prompt[10] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+
+static void check_logits(const float *all, int n, int start) {
+    for (int i = 0; i < n; i++) {
+        int a = 0;
+        for (int v = 1; v < V; v++) if (all[i * V + v] > all[i * V + a]) a = v;
+        ck_assert_int_eq(a, expect_tok(prompt[i], start + i));
+    }
+}
+
+START_TEST(static_one_token_per_call) {
+    qc_runner *r = mk(QC_MODE_STATIC, 4, 32);
+    float all[10 * V], last[V];
+    int32_t first = -1;
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 10, 0, all, last, &first, NULL), QC_OK);
+    ck_assert_int_eq(ncalls, 10);
+    for (int i = 0; i < 10; i++) { ck_assert_int_eq(calls[i].n, 1); ck_assert_int_eq(calls[i].pos, i); }
+    check_logits(all, 10, 0);
+    ck_assert_int_eq(first, expect_tok(3, 9));
+    ck_assert_int_eq(qc_runner_pos(r), 10);
+    ck_assert_int_eq(qc_runner_decode(r, 2, last, NULL), QC_OK);
+    ck_assert_int_eq(calls[10].n, 1); ck_assert_int_eq(calls[10].pos, 10);
+    ck_assert_int_eq(qc_argmax(last, V), expect_tok(2, 10));
+    qc_runner_destroy(r);
+}
+END_TEST
+
+START_TEST(dynamic_chunks_of_max_seq_len) {
+    qc_runner *r = mk(QC_MODE_DYNAMIC, 4, 32);
+    float all[10 * V];
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 10, 0, all, NULL, NULL, NULL), QC_OK);
+    ck_assert_int_eq(ncalls, 3);
+    ck_assert_int_eq(calls[0].n, 4); ck_assert_int_eq(calls[0].pos, 0);
+    ck_assert_int_eq(calls[1].n, 4); ck_assert_int_eq(calls[1].pos, 4);
+    ck_assert_int_eq(calls[2].n, 2); ck_assert_int_eq(calls[2].pos, 8);
+    check_logits(all, 10, 0);
+    /* continuation at start_pos 10 */
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 3, 10, all, NULL, NULL, NULL), QC_OK);
+    ck_assert_int_eq(calls[3].n, 3); ck_assert_int_eq(calls[3].pos, 10);
+    check_logits(all, 3, 10);
+    qc_runner_destroy(r);
+}
+END_TEST
+
+START_TEST(nokv_recomputes_from_zero) {
+    qc_runner *r = mk(QC_MODE_NOKV, 4, 32);
+    float all[10 * V], last[V];
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 10, 0, all, last, NULL, NULL), QC_OK);
+    ck_assert_int_eq(ncalls, 3);
+    ck_assert_int_eq(calls[0].n, 4); ck_assert_int_eq(calls[0].pos, 0);
+    ck_assert_int_eq(calls[1].n, 8); ck_assert_int_eq(calls[1].pos, 0);
+    ck_assert_int_eq(calls[2].n, 10); ck_assert_int_eq(calls[2].pos, 0);
+    check_logits(all, 10, 0);
+    ck_assert_int_eq(qc_runner_decode(r, 7, last, NULL), QC_OK);
+    ck_assert_int_eq(calls[3].n, 11); ck_assert_int_eq(calls[3].pos, 0);
+    ck_assert_int_eq(qc_argmax(last, V), expect_tok(7, 10));
+    ck_assert_int_eq(qc_runner_pos(r), 11);
+    qc_runner_destroy(r);
+}
+END_TEST
+
+START_TEST(errors_leave_state_alone) {
+    qc_runner *r = mk(QC_MODE_DYNAMIC, 8, 12);
+    qc_err e = {0};
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 0, 0, NULL, NULL, NULL, &e), QC_ERR_ARG);
+    ck_assert(strstr(e.msg, "empty prompt"));
+    int32_t bad[3] = {1, V, 2};
+    ck_assert_int_eq(qc_runner_prefill(r, bad, 3, 0, NULL, NULL, NULL, &e), QC_ERR_RANGE);
+    ck_assert_msg(strstr(e.msg, "token 16 (index 1)"), "%s", e.msg);
+    int32_t neg[1] = {-1};
+    ck_assert_int_eq(qc_runner_prefill(r, neg, 1, 0, NULL, NULL, NULL, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 10, 0, NULL, NULL, NULL, &e), QC_OK);
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 3, 10, NULL, NULL, NULL, &e), QC_ERR_RANGE);
+    ck_assert_msg(strstr(e.msg, "max_context_len 12"), "%s", e.msg);
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 1, 3, NULL, NULL, NULL, &e), QC_ERR_ARG);
+    ck_assert_int_eq(ncalls, 2);           /* only the one good prefill (8 + 2) ran */
+    ck_assert_int_eq(qc_runner_pos(r), 10);
+    ck_assert_int_eq(qc_runner_decode(r, 1, NULL, &e), QC_OK);
+    ck_assert_int_eq(qc_runner_decode(r, 1, NULL, &e), QC_OK);
+    ck_assert_int_eq(qc_runner_decode(r, 1, NULL, &e), QC_ERR_RANGE);   /* context full */
+    ck_assert_int_eq(qc_runner_pos(r), 12);
+    qc_runner_destroy(r);
+}
+END_TEST
+
+START_TEST(backend_too_small_for_mode) {
+    qc_profile p;
+    qc_profile_for_mode(&p, QC_MODE_NOKV, 16, 64);
+    be.opts.max_tokens = 16;
+    qc_runner *r = NULL;
+    qc_err e = {0};
+    ck_assert_int_eq(qc_runner_create(&be, &p, st, &r, &e), QC_ERR_ARG);
+    ck_assert(strstr(e.msg, "nokv mode needs 64"));
+}
+END_TEST
+
+START_TEST(fault_static_no_advance) {
+    qc_runner *r = mk(QC_MODE_STATIC, 8, 32);
+    qc_runner_faults f = {.static_no_advance = 1};
+    qc_runner_set_faults(r, &f);
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 5, 0, NULL, NULL, NULL, NULL), QC_OK);
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(calls[i].pos, 0);
+    qc_runner_destroy(r);
+}
+END_TEST
+
+START_TEST(profile_json) {
+    qc_profile p;
+    qc_err e = {0};
+    const char *j1 = "{\"max_seq_len\": 32}";
+    ck_assert_int_eq(qc_profile_parse(j1, strlen(j1), "p.json", &p, &e), QC_OK);
+    ck_assert_int_eq(p.enable_dynamic_shape, 0);     /* absent means false */
+    ck_assert_int_eq(p.use_kv_cache, 1);
+    ck_assert_int_eq(p.max_context_len, 32);         /* = max_seq_len when absent */
+    ck_assert_int_eq(qc_profile_mode(&p), QC_MODE_STATIC);
+    const char *j2 = "{\"enable_dynamic_shape\": true, \"get_max_seq_len\": 8, \"get_max_context_len\": 64}";
+    ck_assert_int_eq(qc_profile_parse(j2, strlen(j2), "p.json", &p, &e), QC_OK);
+    ck_assert_int_eq(qc_profile_mode(&p), QC_MODE_DYNAMIC);
+    ck_assert_int_eq(p.max_seq_len, 8); ck_assert_int_eq(p.max_context_len, 64);
+    const char *j3 = "{\"use_kv_cache\": false, \"enable_dynamic_shape\": true}";
+    ck_assert_int_eq(qc_profile_parse(j3, strlen(j3), "p.json", &p, &e), QC_OK);
+    ck_assert_int_eq(qc_profile_mode(&p), QC_MODE_NOKV);
+    const char *bad1 = "{\"max_seq_len\": -3}";
+    ck_assert_int_eq(qc_profile_parse(bad1, strlen(bad1), "p.json", &p, &e), QC_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, "p.json: max_seq_len"), "%s", e.msg);
+    const char *bad2 = "{\"enable_dynamic_shape\": \"yes\"}";
+    ck_assert_int_eq(qc_profile_parse(bad2, strlen(bad2), "p.json", &p, &e), QC_ERR_FORMAT);
+    ck_assert(strstr(e.msg, "enable_dynamic_shape"));
+    const char *bad3 = "{\"max_seq_len\": 4";
+    ck_assert_int_eq(qc_profile_parse(bad3, strlen(bad3), "p.json", &p, &e), QC_ERR_FORMAT);
+    ck_assert(strstr(e.msg, "p.json: malformed JSON"));
+    ck_assert_int_eq(qc_profile_load("/nonexistent/p.json", &p, &e), QC_ERR_IO);
+    ck_assert(strstr(e.msg, "/nonexistent/p.json"));
+    qc_mode m;
+    ck_assert_int_eq(qc_mode_parse("nokv", &m, NULL), QC_OK);
+    ck_assert_int_eq(m, QC_MODE_NOKV);
+    ck_assert_int_eq(qc_mode_parse("fast", &m, &e), QC_ERR_ARG);
+}
+END_TEST
+
+int main(void) {
+    Suite *su = suite_create("prefill");
+    TCase *tc = tcase_create("controller");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, static_one_token_per_call);
+    tcase_add_test(tc, dynamic_chunks_of_max_seq_len);
+    tcase_add_test(tc, nokv_recomputes_from_zero);
+    tcase_add_test(tc, errors_leave_state_alone);
+    tcase_add_test(tc, backend_too_small_for_mode);
+    tcase_add_test(tc, fault_static_no_advance);
+    tcase_add_test(tc, profile_json);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? 1 : 0;
+}
