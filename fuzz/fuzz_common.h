@@ -33,6 +33,9 @@
 /* The error contract: a status other than QC_OK carries err->code == st and a one-line
  * message that names `source` (the file or flag the parser was given). */
 static inline void fz_check_error(qc_status st, const qc_err *err, const char *source) {
+    static int verbose = -1; /* QC_FUZZ_VERBOSE=1: print every outcome (replaying an input) */
+    if (verbose < 0) verbose = getenv("QC_FUZZ_VERBOSE") != NULL;
+    if (verbose) fprintf(stderr, "[%s] %s\n", qc_status_str(st), st ? err->msg : "accepted");
     if (st == QC_OK) return;
     FZ_REQUIRE(err->code == st, "err->code %d != returned status %d (msg '%s')", (int)err->code,
                (int)st, err->msg);

@@ -60,64 +60,70 @@ static void opt_free(qc_opt *o) {
 
 static size_t rows_of(const qc_tensor *t) { return (size_t)t->shape[0]; }
 
+/* Work is handed out dynamically (threads preempted on a busy machine do less of it); which
+ * thread computes a row / panel never changes its value. */
+#define MV_CHUNK_ROWS 64 /* matrix-vector rows per work item */
+#define GEMM_PANELS 2    /* GEMM panels per work item */
+
 void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_opt_lin *outs,
                    int nouts) {
     const qc_opt_kernels *kt = o->k;
     const int T = o->nthreads;
     if (n < o->gemm_min) {
-        /* matrix-vector: the concatenated rows of all outputs split evenly across threads */
-        long total = 0;
-        for (int i = 0; i < nouts; i++) total += (long)rows_of(outs[i].w);
-#pragma omp parallel num_threads(T)
-        {
-            const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-            long r0 = total * tid / nt / 4 * 4, r1 = tid == nt - 1 ? total : total * (tid + 1) / nt / 4 * 4;
-            long base = 0;
-            for (int i = 0; i < nouts && r0 < r1; i++) {
-                const qc_tensor *w = outs[i].w;
-                long rows = (long)rows_of(w);
-                long lo = r0 > base ? r0 : base, hi = r1 < base + rows ? r1 : base + rows;
-                if (lo < hi) {
-                    size_t es = qc_dtype_size(w->dtype);
-                    kt->matvec(outs[i].y + (lo - base), outs[i].ldy,
-                               (const char *)w->data + (size_t)(lo - base) * (size_t)K * es,
-                               w->dtype, (int)(hi - lo), K, x, ldx, n);
-                }
-                base += rows;
-            }
+        /* matrix-vector: items of MV_CHUNK_ROWS rows of the concatenated outputs */
+        long item_end[8], nitems = 0;
+        for (int i = 0; i < nouts; i++) {
+            nitems += ((long)rows_of(outs[i].w) + MV_CHUNK_ROWS - 1) / MV_CHUNK_ROWS;
+            item_end[i] = nitems;
+        }
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) if (nitems > 1)
+        for (long it = 0; it < nitems; it++) {
+            int wi = 0;
+            while (it >= item_end[wi]) wi++;
+            const qc_tensor *w = outs[wi].w;
+            const long r0 = (it - (wi ? item_end[wi - 1] : 0)) * MV_CHUNK_ROWS;
+            const long rows = (long)rows_of(w);
+            const int cnt = (int)(rows - r0 < MV_CHUNK_ROWS ? rows - r0 : MV_CHUNK_ROWS);
+            kt->matvec(outs[wi].y + r0, outs[wi].ldy,
+                       (const char *)w->data + (size_t)r0 * (size_t)K * qc_dtype_size(w->dtype),
+                       w->dtype, cnt, K, x, ldx, n);
         }
         return;
     }
     /* packed GEMM */
     const int MR = kt->gemm_mr, NR = kt->gemm_nr, Kp = qc_opt_kpad(K);
     const int ns = (n + NR - 1) / NR;
-    long pan_end[8];
-    long P = 0;
+    long grp_end[8], ngrp = 0;
     for (int i = 0; i < nouts; i++) {
-        P += ((long)rows_of(outs[i].w) + MR - 1) / MR;
-        pan_end[i] = P;
+        long panels = ((long)rows_of(outs[i].w) + MR - 1) / MR;
+        ngrp += (panels + GEMM_PANELS - 1) / GEMM_PANELS;
+        grp_end[i] = ngrp;
     }
     /* token block: as many strips as fit in ~1 MiB (stays in L2 while the panels run) */
     int sblk = (int)((1L << 20) / ((long)Kp * NR * 4));
     if (sblk < 1) sblk = 1;
+    const long nsb = (ns + sblk - 1) / sblk;
 #pragma omp parallel num_threads(T)
     {
-        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        float *panel = o->panel[omp_get_thread_num()];
 #pragma omp for schedule(static)
         for (int s = 0; s < ns; s++) {
             int t0 = s * NR, cnt = n - t0 < NR ? n - t0 : NR;
             kt->pack_x(o->xpack + (size_t)s * Kp * NR, x + (size_t)t0 * ldx, (int)ldx, K, cnt);
         }
-        const long p0 = P * tid / nt, p1 = P * (tid + 1) / nt;
-        float *panel = o->panel[tid];
-        for (int sb = 0; sb < ns; sb += sblk) {
-            const int se = sb + sblk < ns ? sb + sblk : ns;
+        /* items: (token block, group of panels), token block major */
+#pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < nsb * ngrp; it++) {
+            const int sb = (int)(it / ngrp) * sblk, se = sb + sblk < ns ? sb + sblk : ns;
+            const long g = it % ngrp;
             int wi = 0;
-            for (long p = p0; p < p1; p++) {
-                while (p >= pan_end[wi]) wi++;
-                const qc_tensor *w = outs[wi].w;
-                const long pfirst = wi ? pan_end[wi - 1] : 0;
-                const int row0 = (int)((p - pfirst) * MR), rows = (int)rows_of(w);
+            while (g >= grp_end[wi]) wi++;
+            const qc_tensor *w = outs[wi].w;
+            const int rows = (int)rows_of(w);
+            const long p0 = (g - (wi ? grp_end[wi - 1] : 0)) * GEMM_PANELS;
+            for (long p = p0; p < p0 + GEMM_PANELS; p++) {
+                const int row0 = (int)(p * MR);
+                if (row0 >= rows) break;
                 const int mr = rows - row0 < MR ? rows - row0 : MR;
                 kt->pack_w(panel, (const char *)w->data + (size_t)row0 * K * qc_dtype_size(w->dtype),
                            w->dtype, K, mr);
@@ -182,7 +188,7 @@ static void attention(qc_opt *o, int l, int n, int start_pos, qc_state *st) {
 
     float *kc = st->k_cache[l], *vc = st->v_cache[l];
     /* q/k norm + RoPE; keys and raw values into the caches */
-#pragma omp parallel for num_threads(T) schedule(static)
+#pragma omp parallel for num_threads(T) schedule(static) if (n > 1)
     for (int t = 0; t < n; t++) {
         const float *cs = o->rope + (size_t)t * rd;
         const int pos = start_pos + t;
@@ -255,7 +261,7 @@ static void mlp(qc_opt *o, int l, int n) {
     qc_opt_lin gu[2] = {{&W->mlp_gate, o->mix, I}, {&W->mlp_up, o->zb, I}};
     qc_opt_linear(o, o->xn, H, n, H, gu, 2);
     const qc_opt_kernels *K = o->k;
-#pragma omp parallel for num_threads(o->nthreads) schedule(static)
+#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (n > 1)
     for (int t = 0; t < n; t++) K->silu_mul(o->mix + (size_t)t * I, o->zb + (size_t)t * I, I);
     qc_opt_lin dn = {&W->mlp_down, o->u, H};
     qc_opt_linear(o, o->mix, I, n, I, &dn, 1);

@@ -196,7 +196,7 @@ void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
         for (int j = 0; j < Kc; j++) o->est[(size_t)j * C + c_] = cs[(size_t)c_ * Kc + j];
     const float *wT = L->conv_wT;
     const float q_scale = (float)(1.0 / sqrt((double)dk));
-#pragma omp parallel for num_threads(T) schedule(static)
+#pragma omp parallel for num_threads(T) schedule(static) if (n > 1)
     for (int t = 0; t < n; t++) {
         float *y = o->act + (size_t)t * C;
         for (int j = 0; j < Kc; j++) {
@@ -248,7 +248,7 @@ void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
 
     /* 5. gated RMSNorm per (token, head): y = w * (o * inv) * silu(z) */
     const float eps = (float)c->rms_eps;
-#pragma omp parallel for num_threads(T) schedule(static)
+#pragma omp parallel for num_threads(T) schedule(static) if (n > 1)
     for (int t = 0; t < n; t++) {
         float *sz = o->th[omp_get_thread_num()].vec;
         for (int h = 0; h < nv; h++) {

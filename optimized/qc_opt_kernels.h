@@ -38,6 +38,7 @@ typedef struct qc_opt_kernels {
     const char *isa;  /* "AVX-512", "AVX2", "scalar" */
     int gemm_mr;      /* weight rows per GEMM micro tile (<= QC_OPT_MR_MAX) */
     int gemm_nr;      /* tokens per packed token strip (<= QC_OPT_NR_MAX) */
+    int lanes;        /* fp32 lanes per vector register (flop accounting of fma_burn) */
 
     /* ---- projections: prefill GEMM (packed) ---- */
 
@@ -76,6 +77,12 @@ typedef struct qc_opt_kernels {
     void (*silu)(float *y, const float *x, int n);           /* y = x / (1 + exp(-x)) */
     void (*silu_mul)(float *g, const float *u, int n);       /* g = silu(g) * u */
     void (*sigmoid_mul)(float *y, const float *g, int n);    /* y *= 1 / (1 + exp(-g)) */
+
+    /* ---- machine probes (bench) ---- */
+    /* XOR of every 32-bit word of p[bytes] (a streaming read; integer ops, no FP assists) */
+    uint32_t (*stream_read)(const void *p, size_t bytes);
+    /* iters x 24 independent FMA chains of `lanes` floats: 48 * lanes * iters flops */
+    float (*fma_burn)(long iters, float seed);
 } qc_opt_kernels;
 
 extern const qc_opt_kernels qc_opt_kernels_scalar;

@@ -174,8 +174,12 @@ T2I void mv_rows(float *out, const void *W, qc_dtype dt, int K, const float *x, 
     __m256 a[4], b[4];
     for (int r = 0; r < R; r++) a[r] = b[r] = _mm256_setzero_ps();
     int k = 0;
+    const size_t es = dt == QC_F32 ? 4 : 2;
     for (; k + 16 <= K; k += 16) {
         __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+        if (((k * es) & 63) == 0)
+            for (int r = 0; r < R; r++)
+                _mm_prefetch((const char *)W + ((size_t)r * K + k) * es + 1536, _MM_HINT_T0);
         for (int r = 0; r < R; r++) {
             a[r] = _mm256_fmadd_ps(ld8(W, dt, (size_t)r * K + k), x0, a[r]);
             b[r] = _mm256_fmadd_ps(ld8(W, dt, (size_t)r * K + k + 8), x1, b[r]);
@@ -336,10 +340,47 @@ T2 static void k2_sigmoid_mul(float *y, const float *g, int n) {
     }
 }
 
+/* ===================================================================================== */
+/* Machine probes                                                                         */
+/* ===================================================================================== */
+
+T2 static uint32_t k2_stream_read(const void *p, size_t bytes) {
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    const char *q = p;
+    size_t i = 0;
+    for (; i + 128 <= bytes; i += 128) {
+        a = _mm256_xor_si256(a, _mm256_loadu_si256((const __m256i *)(q + i)));
+        b = _mm256_xor_si256(b, _mm256_loadu_si256((const __m256i *)(q + i + 32)));
+        c = _mm256_xor_si256(c, _mm256_loadu_si256((const __m256i *)(q + i + 64)));
+        d = _mm256_xor_si256(d, _mm256_loadu_si256((const __m256i *)(q + i + 96)));
+    }
+    a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+    uint32_t w[8], r = 0;
+    _mm256_storeu_si256((__m256i *)w, a);
+    for (int j = 0; j < 8; j++) r ^= w[j];
+    for (; i < bytes; i++) r ^= (uint32_t)(unsigned char)q[i];
+    return r;
+}
+
+T2 static float k2_fma_burn(long iters, float seed) {
+    __m256 acc[12];
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    for (int j = 0; j < 12; j++) acc[j] = _mm256_set1_ps(seed + (float)j);
+    /* 2 x 12 chains per iteration = 24 FMAs (16 ymm registers hold 12 chains + constants) */
+    for (long i = 0; i < iters; i++) {
+        for (int j = 0; j < 12; j++) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+        for (int j = 0; j < 12; j++) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+    }
+    __m256 s = acc[0];
+    for (int j = 1; j < 12; j++) s = _mm256_add_ps(s, acc[j]);
+    return hsum8(s);
+}
+
 static const qc_opt_kernels k2_table = {
     .isa = "AVX2",
     .gemm_mr = MR,
     .gemm_nr = NR,
+    .lanes = 8,
     .pack_w = k2_pack_w,
     .pack_x = k2_pack_x,
     .gemm_tile = k2_gemm_tile,
@@ -354,6 +395,8 @@ static const qc_opt_kernels k2_table = {
     .silu = k2_silu,
     .silu_mul = k2_silu_mul,
     .sigmoid_mul = k2_sigmoid_mul,
+    .stream_read = k2_stream_read,
+    .fma_burn = k2_fma_burn,
 };
 
 const qc_opt_kernels *const qc_opt_kernels_avx2_ptr = &k2_table;

@@ -149,10 +149,37 @@ static void sc_sigmoid_mul(float *y, const float *g, int n) {
     for (int i = 0; i < n; i++) y[i] = y[i] * (1.0f / (1.0f + expf(-g[i])));
 }
 
+/* ===================================================================================== */
+/* Machine probes                                                                         */
+/* ===================================================================================== */
+
+static uint32_t sc_stream_read(const void *p, size_t bytes) {
+    uint32_t a = 0, b = 0, c = 0, d = 0, w[4];
+    const char *q = p;
+    size_t i = 0;
+    for (; i + 16 <= bytes; i += 16) {
+        memcpy(w, q + i, 16);
+        a ^= w[0]; b ^= w[1]; c ^= w[2]; d ^= w[3];
+    }
+    for (; i < bytes; i++) a ^= (uint32_t)(unsigned char)q[i];
+    return a ^ b ^ c ^ d;
+}
+
+static float sc_fma_burn(long iters, float seed) {
+    float acc[24];
+    for (int j = 0; j < 24; j++) acc[j] = seed + (float)j;
+    for (long i = 0; i < iters; i++)
+        for (int j = 0; j < 24; j++) acc[j] = acc[j] * 0.999999f + 1e-7f;
+    float s = 0.0f;
+    for (int j = 0; j < 24; j++) s += acc[j];
+    return s;
+}
+
 const qc_opt_kernels qc_opt_kernels_scalar = {
     .isa = "scalar",
     .gemm_mr = SC_MR,
     .gemm_nr = SC_NR,
+    .lanes = 1,
     .pack_w = sc_pack_w,
     .pack_x = sc_pack_x,
     .gemm_tile = sc_gemm_tile,
@@ -167,6 +194,8 @@ const qc_opt_kernels qc_opt_kernels_scalar = {
     .silu = sc_silu,
     .silu_mul = sc_silu_mul,
     .sigmoid_mul = sc_sigmoid_mul,
+    .stream_read = sc_stream_read,
+    .fma_burn = sc_fma_burn,
 };
 
 /* ===================================================================================== */

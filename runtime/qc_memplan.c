@@ -224,7 +224,9 @@ qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err 
     /* runner / caller */
     acc64 ru = {0, NULL};
     acc_add(&ru, "logits rows", rq->n_logit_rows, c->vocab_size, 4, 1);
-    acc_add(&ru, "logits (runner last row)", c->vocab_size, 4, 1, 1);
+    acc_add(&ru, "runner last logits", c->vocab_size, 4, 1, 1);
+    acc_add(&ru, "runner token history", rq->max_context_len, 4, 1, 1);
+    if (rq->nokv) acc_add(&ru, "no-KV recomputation logits", rq->max_context_len, c->vocab_size, 4, 1);
     acc_add(&ru, "hidden captures", (int64_t)c->n_layers + 1, rq->n_hidden_tokens,
             c->hidden_size, 4);
     /* state copies: n x one state */

@@ -9,7 +9,9 @@
  *            vectors, the activation scratch, the chunked-DeltaNet scratch ([max_tokens]^2 for
  *            one chunk of max_tokens) and, for "optimized", one repacked copy of the matrices;
  *   state    qc_state for max_context_len positions (exactly qc_state_bytes' formula);
- *   runner   what the caller keeps: logits rows [n_logit_rows, V], captured hidden states
+ *   runner   the prefill controller's own buffers (token history [max_context_len], last
+ *            logits [V], and [max_context_len, V] logits for a no-KV-cache profile) and what
+ *            the caller keeps: logits rows [n_logit_rows, V], captured hidden states
  *            [L+1, n_hidden_tokens, H], and n_state_copies extra states (golden prefill /
  *            decode states trimmed to max_context_len positions at most).
  * plus a fixed 64 MiB allowance for the process itself (libraries, HDF5 caches, stacks).
@@ -47,6 +49,8 @@ typedef struct {
     int n_logit_rows;        /* logits rows [rows, V] the caller keeps (>= 0) */
     int n_hidden_tokens;     /* tokens whose [L+1, ., H] hidden states are captured (>= 0) */
     int n_state_copies;      /* extra full states kept by the caller (>= 0) */
+    int nokv;                /* 1: a no-KV-cache profile: the runner keeps the logits of a
+                                whole recomputation, [max_context_len, V] */
 } qc_memplan_req;
 
 typedef struct {
@@ -58,7 +62,7 @@ typedef struct {
     uint64_t total;          /* bytes: the sum */
 } qc_memplan;
 
-/* rq with the given fields and n_logit_rows = n_hidden_tokens = n_state_copies = 0. */
+/* rq with the given fields and n_logit_rows = n_hidden_tokens = n_state_copies = nokv = 0. */
 void qc_memplan_req_init(qc_memplan_req *rq, const qc_config *cfg, qc_dtype weight_dtype,
                          const char *backend, int max_context_len, int max_tokens);
 
