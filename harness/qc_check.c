@@ -1425,7 +1425,7 @@ static const char check_usage[] =
     "  --backend reference|optimized|all   backends to check (default: all available)\n"
     "  --mode static|dynamic|nokv|all      prefill strategies, comma-separated (default all)\n"
     "  --policy F.json       tolerance policy (default: tolerances.json beside the goldens,\n"
-    "                        e.g. fixtures/tolerances.json, else the built-in defaults)\n"
+    "                        DIR/ or its parent, e.g. fixtures/tolerances.json; else built-in)\n"
     "  --json F              machine-readable report (schema-versioned)\n"
     "  --junit F             JUnit XML report (classname <stem>.<case>, name\n"
     "                        <backend>.<mode>.<check>)\n"
@@ -1598,8 +1598,14 @@ static qc_status load_policy(const qc_check_opts *o, qc_policy **pol, qc_err *er
     char cand[3][2100];
     int nc = 0;
     struct stat sb;
-    if (stat(o->golden, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(cand[nc++], sizeof cand[0], "%s/tolerances.json", o->golden);
+    char g[1024];
+    snprintf(g, sizeof g, "%s", o->golden);
+    for (size_t L = strlen(g); L > 1 && g[L - 1] == '/'; L--) g[L - 1] = 0;
+    if (stat(g, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char d[1024];
+        snprintf(cand[nc++], sizeof cand[0], "%s/tolerances.json", g);
+        qc_cli_dirname(g, d, sizeof d);
+        snprintf(cand[nc++], sizeof cand[0], "%s/tolerances.json", d);
     } else {
         char d[1024], dd[1024];
         qc_cli_dirname(o->golden, d, sizeof d);
@@ -1825,13 +1831,18 @@ int qc_cmd_calibrate(int argc, char **argv) {
         for (int i = 0; i < cs->n_case; i++) {
             const struct calib_case *cc = &cs->cases[i];
             if (cc->max_abs[cl] <= lim) continue;
+            double oa = qc_round_125(factor * cc->max_abs[cl]);
+            double orl = qc_round_125(factor * cc->max_rel[cl]);
+            int kl_more = cl == QC_TC_LOGITS &&
+                          qc_round_125(factor * factor * cc->kl_max) >
+                              (kl > 0 ? qc_round_125(factor * factor * kl) : 1e-12);
+            if (oa <= atol && orl <= rtol && !kl_more) continue; /* the default covers it */
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "case", cc->id);
             cJSON_AddStringToObject(o, "tensor", cn);
-            cJSON_AddNumberToObject(o, "atol", qc_round_125(factor * cc->max_abs[cl]));
-            double r2 = qc_round_125(factor * cc->max_rel[cl]);
-            if (r2 > rtol) cJSON_AddNumberToObject(o, "rtol", r2);
-            if (cl == QC_TC_LOGITS && cc->kl_max > kl)
+            if (oa > atol) cJSON_AddNumberToObject(o, "atol", oa);
+            if (orl > rtol) cJSON_AddNumberToObject(o, "rtol", orl);
+            if (kl_more)
                 cJSON_AddNumberToObject(o, "max_kl", qc_round_125(factor * factor * cc->kl_max));
             char why[400];
             snprintf(why, sizeof why, "measured float32-vs-float64 %s noise %.3g in this case is "

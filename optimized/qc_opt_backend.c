@@ -69,6 +69,8 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
                    int nouts) {
     const qc_opt_kernels *kt = o->k;
     const int T = o->nthreads;
+    long total = 0; /* output rows of all outputs */
+    for (int i = 0; i < nouts; i++) total += (long)rows_of(outs[i].w);
     if (n < o->gemm_min) {
         /* matrix-vector: items of MV_CHUNK_ROWS rows of the concatenated outputs */
         long item_end[8], nitems = 0;
@@ -76,7 +78,7 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
             nitems += ((long)rows_of(outs[i].w) + MV_CHUNK_ROWS - 1) / MV_CHUNK_ROWS;
             item_end[i] = nitems;
         }
-#pragma omp parallel for num_threads(T) schedule(dynamic, 1) if (nitems > 1)
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) if (nitems > 1 && QC_OPT_PAR(o, (double)n * K * total))
         for (long it = 0; it < nitems; it++) {
             int wi = 0;
             while (it >= item_end[wi]) wi++;
@@ -99,11 +101,12 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
         ngrp += (panels + GEMM_PANELS - 1) / GEMM_PANELS;
         grp_end[i] = ngrp;
     }
-    /* token block: as many strips as fit in ~1 MiB (stays in L2 while the panels run) */
-    int sblk = (int)((1L << 20) / ((long)Kp * NR * 4));
+    /* token block: as many strips as fit in ~1.5 MiB (stays in the 2 MiB L2 with the panel
+     * while the panels run; every panel is widened once per token block) */
+    int sblk = (int)((3L << 19) / ((long)Kp * NR * 4));
     if (sblk < 1) sblk = 1;
     const long nsb = (ns + sblk - 1) / sblk;
-#pragma omp parallel num_threads(T)
+#pragma omp parallel num_threads(T) if (QC_OPT_PAR(o, (double)n * K * total))
     {
         float *panel = o->panel[omp_get_thread_num()];
 #pragma omp for schedule(static)
@@ -145,7 +148,7 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
 static void rmsnorm_rows(qc_opt *o, float *y, const float *x, int rows, int dim, const float *w1p,
                          float eps) {
     const qc_opt_kernels *K = o->k;
-#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (rows > 1)
+#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (rows > 1 && QC_OPT_PAR(o, (double)rows * dim))
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * dim;
         float *yr = y + (size_t)r * dim;
@@ -155,7 +158,7 @@ static void rmsnorm_rows(qc_opt *o, float *y, const float *x, int rows, int dim,
 }
 
 static void add_rows(qc_opt *o, float *h, const float *u, size_t count) {
-#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (count > 65536)
+#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (QC_OPT_PAR(o, (double)count))
     for (size_t i = 0; i < count; i++) h[i] = h[i] + u[i];
 }
 
@@ -188,7 +191,7 @@ static void attention(qc_opt *o, int l, int n, int start_pos, qc_state *st) {
 
     float *kc = st->k_cache[l], *vc = st->v_cache[l];
     /* q/k norm + RoPE; keys and raw values into the caches */
-#pragma omp parallel for num_threads(T) schedule(static) if (n > 1)
+#pragma omp parallel for num_threads(T) schedule(static) if (n > 1 && QC_OPT_PAR(o, (double)n * (nh + 2 * nkv) * hd))
     for (int t = 0; t < n; t++) {
         const float *cs = o->rope + (size_t)t * rd;
         const int pos = start_pos + t;
@@ -211,7 +214,7 @@ static void attention(qc_opt *o, int l, int n, int start_pos, qc_state *st) {
     }
     /* causal softmax attention, online over key blocks of 64; then * sigmoid(gate) */
     const float scale = (float)(1.0 / sqrt((double)hd));
-#pragma omp parallel for num_threads(T) schedule(static) collapse(2)
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) collapse(2) if (QC_OPT_PAR(o, (double)n * nh * hd * (start_pos + n)))
     for (int t = 0; t < n; t++)
         for (int h = 0; h < nh; h++) {
             qc_opt_thread *w = &o->th[omp_get_thread_num()];
@@ -261,7 +264,7 @@ static void mlp(qc_opt *o, int l, int n) {
     qc_opt_lin gu[2] = {{&W->mlp_gate, o->mix, I}, {&W->mlp_up, o->zb, I}};
     qc_opt_linear(o, o->xn, H, n, H, gu, 2);
     const qc_opt_kernels *K = o->k;
-#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (n > 1)
+#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (n > 1 && QC_OPT_PAR(o, (double)n * I * 8))
     for (int t = 0; t < n; t++) K->silu_mul(o->mix + (size_t)t * I, o->zb + (size_t)t * I, I);
     qc_opt_lin dn = {&W->mlp_down, o->u, H};
     qc_opt_linear(o, o->mix, I, n, I, &dn, 1);
@@ -466,6 +469,9 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     if (o->nthreads < 1) o->nthreads = 1;
     o->max_tokens = N;
     o->gemm_min = 8;
+    o->par_min = 1 << 16;
+    const char *pm = getenv("QC_OPT_PAR_MIN");
+    if (pm && *pm) o->par_min = atof(pm);
     const char *gm = getenv("QC_OPT_GEMM_MIN");
     if (gm && *gm) o->gemm_min = atoi(gm) > 0 ? atoi(gm) : 1;
     int cm = op->chunk_size > 256 ? op->chunk_size : 256;

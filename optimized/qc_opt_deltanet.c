@@ -5,7 +5,8 @@
  * threads) either the token recurrence or the chunked algorithm of qwen35-architecture.md 5.1
  * with every product a blocked gemm_nn:
  *   A  = -(kb K^T * D)  (strictly lower)          D[r,s] = exp(gam_r - gam_s)
- *   (I - A) [U | Wn] = [beta v | -kb exp(gam)]     forward substitution, row by row
+ *   T  = (I - A)^{-1}                               forward substitution (unit lower)
+ *   U  = T (beta v),  Wn = T (-kb exp(gam))         blocked products
  *   Vn = U + Wn S
  *   O  = (Q exp(gam)) S + (Q K^T * D, incl. diag) Vn
  *   S  = exp(gam_last) S + (K exp(gam_last - gam))^T Vn
@@ -30,7 +31,7 @@ static int vec_len(const qc_config *c) {
 
 size_t qc_opt_dn_thread_floats(const qc_config *c, int cmax) {
     size_t dk = (size_t)c->lin_k_dim, dv = (size_t)c->lin_v_dim, cm = (size_t)cmax;
-    return 3 * cm + cm * dk /*kb*/ + 2 * dk * cm /*KT KdT*/ + 3 * cm * cm /*D A P*/ +
+    return 3 * cm + cm * dk /*kb*/ + 2 * dk * cm /*KT KdT*/ + 4 * cm * cm /*D A P T*/ + cm * dv /*Vb*/ +
            cm * dk /*Wn*/ + cm * dv /*Vn*/ + cm * dk /*Qg*/ + (size_t)vec_len(c) + 64 + 16 * 16;
 }
 
@@ -51,6 +52,8 @@ void qc_opt_dn_thread_init(qc_opt_thread *t, const qc_config *c, int cmax, float
     TAKE(D, cm * cm);
     TAKE(A, cm * cm);
     TAKE(P, cm * cm);
+    TAKE(T, cm * cm);
+    TAKE(Vb, cm * dv);
     TAKE(Wn, cm * dk);
     TAKE(Vn, cm * dv);
     TAKE(Qg, cm * dk);
@@ -143,19 +146,23 @@ static void dn_chunked_head(const qc_opt_kernels *K, const dn_head *a, float *S,
             for (int s = 0; s <= r; s++) Pr[s] = Pr[s] * Dr[s];
             for (int s = r + 1; s < Lc; s++) Pr[s] = 0.0f;
         }
-        /* forward substitution: U_r = beta_r v_r + sum_{s<r} A[r,s] U_s (U kept in Vn),
-         * Wn_r = -kb_r exp(gam_r) + sum_{s<r} A[r,s] Wn_s */
+        /* T = (I - A)^{-1} (A holds -L): row i = e_i + sum_{m<i} A[i,m] T[m] (unit lower) */
         for (int r = 0; r < Lc; r++) {
-            float *Ur = w->Vn + (size_t)r * dv, *Wr = w->Wn + (size_t)r * dk;
-            const float beta = bg[r * nv2], e = w->eg[r];
-            const float *vr = V + r * a->ldqk, *kbr = w->kb + (size_t)r * dk;
-            for (int j = 0; j < dv; j++) Ur[j] = beta * vr[j];
-            for (int i = 0; i < dk; i++) Wr[i] = -(kbr[i] * e);
-            if (r > 0) {
-                K->gemm_nn(1, dv, r, w->A + (size_t)r * cm, cm, w->Vn, dv, Ur, dv, 1);
-                K->gemm_nn(1, dk, r, w->A + (size_t)r * cm, cm, w->Wn, dk, Wr, dk, 1);
-            }
+            float *Tr = w->T + (size_t)r * cm;
+            memset(Tr, 0, (size_t)Lc * sizeof(float));
+            Tr[r] = 1.0f;
+            if (r > 0) K->gemm_nn(1, r, r, w->A + (size_t)r * cm, cm, w->T, cm, Tr, cm, 1);
         }
+        /* U = T (beta v) (kept in Vn); Wn = T (-kb exp(gam)) */
+        for (int r = 0; r < Lc; r++) {
+            const float beta = bg[r * nv2], e = w->eg[r];
+            const float *vr = V + r * a->ldqk;
+            float *vb = w->Vb + (size_t)r * dv, *kbr = w->kb + (size_t)r * dk;
+            for (int j = 0; j < dv; j++) vb[j] = beta * vr[j];
+            for (int i = 0; i < dk; i++) kbr[i] = -(kbr[i] * e);
+        }
+        K->gemm_nn(Lc, dv, Lc, w->T, cm, w->Vb, dv, w->Vn, dv, 0);
+        K->gemm_nn(Lc, dk, Lc, w->T, cm, w->kb, dk, w->Wn, dk, 0);
         /* Vn = U + Wn S */
         K->gemm_nn(Lc, dv, dk, w->Wn, dk, S, dv, w->Vn, dv, 1);
         /* O = Qg S + P Vn */
@@ -196,7 +203,7 @@ void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
         for (int j = 0; j < Kc; j++) o->est[(size_t)j * C + c_] = cs[(size_t)c_ * Kc + j];
     const float *wT = L->conv_wT;
     const float q_scale = (float)(1.0 / sqrt((double)dk));
-#pragma omp parallel for num_threads(T) schedule(static) if (n > 1)
+#pragma omp parallel for num_threads(T) schedule(static) if (n > 1 && QC_OPT_PAR(o, (double)n * C * (Kc + 8)))
     for (int t = 0; t < n; t++) {
         float *y = o->act + (size_t)t * C;
         for (int j = 0; j < Kc; j++) {
@@ -233,7 +240,7 @@ void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
     /* 4. the delta rule, one value head per task */
     float *S0 = st->recurrent_state[l];
     const int r = nv / nk;
-#pragma omp parallel for num_threads(T) schedule(static)
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) if (QC_OPT_PAR(o, 4.0 * n * nv * dk * dv))
     for (int h = 0; h < nv; h++) {
         qc_opt_thread *w = &o->th[omp_get_thread_num()];
         const int hk = h / r;
@@ -248,7 +255,7 @@ void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
 
     /* 5. gated RMSNorm per (token, head): y = w * (o * inv) * silu(z) */
     const float eps = (float)c->rms_eps;
-#pragma omp parallel for num_threads(T) schedule(static) if (n > 1)
+#pragma omp parallel for num_threads(T) schedule(static) if (n > 1 && QC_OPT_PAR(o, (double)n * vdim * 8))
     for (int t = 0; t < n; t++) {
         float *sz = o->th[omp_get_thread_num()].vec;
         for (int h = 0; h < nv; h++) {

@@ -36,6 +36,8 @@ typedef struct {
     float *D;    /* [cmax, cmax] exp(gam_r - gam_s), s <= r */
     float *A;    /* [cmax, cmax] -(kb K^T * D), strictly lower */
     float *P;    /* [cmax, cmax] (Q K^T * D), lower incl. diagonal */
+    float *T;    /* [cmax, cmax] (I - A)^{-1}, unit lower triangular */
+    float *Vb;   /* [cmax, dv] beta * v */
     float *Wn;   /* [cmax, dk] -T (kb * exp(gam)) */
     float *Vn;   /* [cmax, dv] U, then the new values U - W S */
     float *Qg;   /* [cmax, dk] q * exp(gam) */
@@ -48,6 +50,8 @@ typedef struct {
     const qc_opt_kernels *k; /* the chosen ISA's kernel table */
     int nthreads;            /* threads of every parallel region */
     int gemm_min;            /* n >= gemm_min: packed GEMM, else matrix-vector */
+    double par_min;          /* a region runs threaded only with at least this much work
+                                (multiply-adds); env QC_OPT_PAR_MIN overrides (tests: 0) */
     int max_tokens;          /* largest n */
     int cmax;                /* DeltaNet chunk scratch capacity (tokens) */
     int kp_max;              /* largest padded GEMM input dim */
@@ -76,6 +80,10 @@ typedef struct {
     void **blocks; /* every allocation, for destroy */
     int n_blocks, cap_blocks;
 } qc_opt;
+
+/* 1 when `work` (about one multiply-add per unit) is worth waking the other threads: on a busy
+ * machine every region waits for its slowest (possibly preempted) thread. */
+#define QC_OPT_PAR(o, work) ((o)->nthreads > 1 && (work) >= (o)->par_min)
 
 /* ---- DeltaNet (qc_opt_deltanet.c) ---- */
 

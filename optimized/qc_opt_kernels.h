@@ -79,7 +79,8 @@ typedef struct qc_opt_kernels {
     void (*sigmoid_mul)(float *y, const float *g, int n);    /* y *= 1 / (1 + exp(-g)) */
 
     /* ---- machine probes (bench) ---- */
-    /* XOR of every 32-bit word of p[bytes] (a streaming read; integer ops, no FP assists) */
+    /* XOR of the bytes/4 32-bit words of p (trailing bytes ignored): a streaming read with
+     * integer ops only (no FP assists on arbitrary bit patterns) */
     uint32_t (*stream_read)(const void *p, size_t bytes);
     /* iters x 24 independent FMA chains of `lanes` floats: 48 * lanes * iters flops */
     float (*fma_burn)(long iters, float seed);

@@ -358,7 +358,11 @@ T2 static uint32_t k2_stream_read(const void *p, size_t bytes) {
     uint32_t w[8], r = 0;
     _mm256_storeu_si256((__m256i *)w, a);
     for (int j = 0; j < 8; j++) r ^= w[j];
-    for (; i < bytes; i++) r ^= (uint32_t)(unsigned char)q[i];
+    for (; i + 4 <= bytes; i += 4) {
+        uint32_t t_;
+        memcpy(&t_, q + i, 4);
+        r ^= t_;
+    }
     return r;
 }
 

@@ -380,7 +380,11 @@ T512 static uint32_t k5_stream_read(const void *p, size_t bytes) {
     uint32_t w[16], r = 0;
     _mm512_storeu_si512((void *)w, a);
     for (int j = 0; j < 16; j++) r ^= w[j];
-    for (; i < bytes; i++) r ^= (uint32_t)(unsigned char)q[i];
+    for (; i + 4 <= bytes; i += 4) {
+        uint32_t t_;
+        memcpy(&t_, q + i, 4);
+        r ^= t_;
+    }
     return r;
 }
 

@@ -161,7 +161,11 @@ static uint32_t sc_stream_read(const void *p, size_t bytes) {
         memcpy(w, q + i, 16);
         a ^= w[0]; b ^= w[1]; c ^= w[2]; d ^= w[3];
     }
-    for (; i < bytes; i++) a ^= (uint32_t)(unsigned char)q[i];
+    for (; i + 4 <= bytes; i += 4) {
+        uint32_t t_;
+        memcpy(&t_, q + i, 4);
+        a ^= t_;
+    }
     return a ^ b ^ c ^ d;
 }
 

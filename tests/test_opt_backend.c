@@ -265,6 +265,9 @@ START_TEST(bit_identical_for_1_2_3_threads) {
     make_tokens(toks, 45, m->cfg.vocab_size, 99);
     const int V = m->cfg.vocab_size;
     const qc_mode modes[2] = {QC_MODE_DYNAMIC, QC_MODE_STATIC};
+    /* tiny models run serially by default (too little work per region); force every region
+     * to use the threads */
+    setenv("QC_OPT_PAR_MIN", "0", 1);
     for (int mi = 0; mi < 2; mi++)
         for (int dn = 0; dn < 2; dn++) {
             run_out r[3];
@@ -281,6 +284,7 @@ START_TEST(bit_identical_for_1_2_3_threads) {
             }
             for (int t = 0; t < 3; t++) run_free(&r[t]);
         }
+    unsetenv("QC_OPT_PAR_MIN");
     qc_model_free(m);
 }
 END_TEST

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# test_bench.sh — end-to-end test of `qwen-conform bench`.
+#   bash tests/cli/test_bench.sh <path-to-qwen-conform> <source-dir>
+# Runs the bench on a tiny checkpoint (fixtures/tiny-f32-tied-flat/model, else the first
+# fixtures/*/model) with both backends: Markdown on stdout and in --markdown, JSON (machine,
+# commit, config, probes, raw samples for every backend x mode) and an SVG, written without
+# temp files left behind. Then --baseline gating: a fake FASTER baseline (every median x1000)
+# must exit 1 naming the regressions; a slower baseline (x0.001) and the run's own JSON (with a
+# 99 % allowance, so machine noise cannot fail it) must exit 0; a baseline with no matching
+# metric exits 3; bad arguments and a malformed baseline exit 2.
+set -u
+QC="${1:?usage: test_bench.sh <qwen-conform> <source-dir>}"
+SRC="${2:?usage: test_bench.sh <qwen-conform> <source-dir>}"
+
+fail=0
+pass=0
+ok()  { pass=$((pass + 1)); echo "ok   - $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
+
+MODEL="$SRC/fixtures/tiny-f32-tied-flat/model"
+if [ ! -f "$MODEL/config.json" ]; then
+  MODEL=""
+  for d in "$SRC"/fixtures/*/model; do
+    if [ -f "$d/config.json" ]; then MODEL="$d"; break; fi
+  done
+fi
+if [ -z "$MODEL" ]; then
+  echo "SKIP: no tiny model under fixtures/*/model"
+  exit 0
+fi
+echo "# model: $MODEL"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/qc_test_bench.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+OUT="$TMP/out"
+mkdir -p "$OUT"
+ARGS=(--model "$MODEL" --prompt 12 --static-prompt 6 --decode 3 --ref-prompt 5 --ref-decode 2 --reps 3 --threads 2)
+
+# ---- a full run ----------------------------------------------------------------------------
+if "$QC" bench "${ARGS[@]}" --json "$OUT/b.json" --markdown "$OUT/b.md" --svg "$OUT/b.svg" \
+     >"$TMP/stdout" 2>"$TMP/stderr"; then
+  ok "bench exits 0"
+else
+  bad "bench exit code $? (stderr: $(tail -3 "$TMP/stderr"))"
+fi
+grep -q '^| backend | dtype | mode | tokens | tok/s median | tok/s min | vs reference' "$TMP/stdout" \
+  && ok "Markdown table on stdout" || bad "no Markdown table on stdout"
+cmp -s "$TMP/stdout" "$OUT/b.md" && ok "--markdown holds the same table" || bad "--markdown differs from stdout"
+grep -q 'rep 3/3' "$TMP/stderr" && ok "progress on stderr" || bad "no progress on stderr"
+[ "$(grep -c '^| optimized' "$TMP/stdout")" = 3 ] && [ "$(grep -c '^| reference' "$TMP/stdout")" = 3 ] \
+  && ok "3 modes x 2 backends in the table" || bad "table rows: $(grep -c '^| ' "$TMP/stdout")"
+
+if "$PY" - "$OUT/b.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["machine"]["cores"] >= 1 and d["machine"]["cpu"] and d["machine"]["isa"], d["machine"]
+assert d["machine"]["threads"] == 2
+assert d["commit"] and d["date"].endswith("Z")
+assert d["config"]["prompt"] == 12 and d["config"]["static_prompt"] == 6 and d["config"]["decode"] == 3
+assert d["config"]["ref_prompt"] == 5 and d["config"]["ref_decode"] == 2 and d["config"]["reps"] == 3
+assert len(d["probes"]["bandwidth_gbs"]) == 3 and len(d["probes"]["fma_peak_gflops"]) == 3
+res = d["results"]
+seen = {(r["backend"], r["mode"]) for r in res}
+assert seen == {(b, m) for b in ("optimized", "reference") for m in ("static", "dynamic", "decode")}, seen
+want = {("optimized", "static"): 6, ("optimized", "dynamic"): 12, ("optimized", "decode"): 3,
+        ("reference", "static"): 5, ("reference", "dynamic"): 5, ("reference", "decode"): 2}
+for r in res:
+    s = r["tok_s_samples"]
+    assert len(s) == 3 and all(x > 0 for x in s), r
+    assert abs(sorted(s)[1] - r["tok_s_median"]) < 1e-9 * r["tok_s_median"], r
+    assert abs(min(s) - r["tok_s_min"]) < 1e-12 + 1e-9 * r["tok_s_min"], r
+    assert r["tokens"] == want[(r["backend"], r["mode"])], r
+    if r["backend"] == "optimized":
+        ref = [x for x in res if x["backend"] == "reference" and x["mode"] == r["mode"]][0]
+        assert abs(r["ratio_vs_reference"] - r["tok_s_median"] / ref["tok_s_median"]) < 1e-6 * r["ratio_vs_reference"]
+    assert r["limit_tok_s"] > 0 and r["pct_of_limit"] > 0
+EOF
+then ok "JSON: machine, commit, config, probes, raw samples, medians, ratios"; else bad "JSON content"; fi
+head -c 4 "$OUT/b.svg" | grep -q '<svg' && tail -c 8 "$OUT/b.svg" | grep -q '</svg>' \
+  && [ "$(grep -c '<rect x=' "$OUT/b.svg")" = 6 ] && ok "SVG chart with 6 bars" || bad "SVG chart"
+[ -z "$(ls "$OUT" | grep -v -x -e b.json -e b.md -e b.svg)" ] && ok "no temp files left" || bad "leftovers: $(ls "$OUT")"
+
+# ---- baseline gating -----------------------------------------------------------------------
+scale_json() { # in out factor [model]
+  "$PY" - "$1" "$2" "$3" "${4:-}" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["results"]:
+    r["tok_s_median"] *= float(sys.argv[3])
+    if sys.argv[4]:
+        r["model"] = sys.argv[4]
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+}
+scale_json "$OUT/b.json" "$TMP/faster.json" 1000
+scale_json "$OUT/b.json" "$TMP/slower.json" 0.001
+scale_json "$OUT/b.json" "$TMP/other.json" 1 "some other model"
+
+"$QC" bench "${ARGS[@]}" --baseline "$TMP/faster.json" --max-regression 10 >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 1 ] && ok "a faster baseline exits 1" || bad "faster baseline: exit $rc"
+[ "$(grep -c 'REGRESSION' "$TMP/stderr")" = 6 ] && ok "all 6 regressions named" || bad "regressions: $(grep -c REGRESSION "$TMP/stderr")"
+
+"$QC" bench "${ARGS[@]}" --baseline "$TMP/slower.json" --max-regression 10 >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 0 ] && ok "a slower baseline exits 0" || bad "slower baseline: exit $rc"
+grep -q '6 metrics compared, 0 regressions' "$TMP/stderr" && ok "6 metrics compared" || bad "compare summary"
+
+"$QC" bench "${ARGS[@]}" --baseline "$OUT/b.json" --max-regression 99 >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 0 ] && ok "an equal baseline exits 0" || bad "equal baseline: exit $rc"
+
+"$QC" bench "${ARGS[@]}" --baseline "$TMP/other.json" >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 3 ] && grep -q 'no metric matching' "$TMP/stderr" && ok "no matching metric exits 3" || bad "no match: exit $rc"
+
+# ---- bad input -----------------------------------------------------------------------------
+echo '{"results": [' >"$TMP/broken.json"
+"$QC" bench "${ARGS[@]}" --baseline "$TMP/broken.json" >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q 'broken.json: not valid JSON' "$TMP/stderr" && ok "malformed baseline exits 2" || bad "broken baseline: exit $rc"
+"$QC" bench --prompt 4 >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q 'exactly one of --model' "$TMP/stderr" && ok "no model exits 2" || bad "no model: exit $rc"
+"$QC" bench --synthetic 0.8b --dtype int4 >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q -- "--dtype: 'int4'" "$TMP/stderr" && ok "bad --dtype exits 2" || bad "bad dtype: exit $rc"
+"$QC" bench --synthetic 7b >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && ok "unknown preset exits 2" || bad "unknown preset: exit $rc"
+"$QC" bench "${ARGS[@]}" --backends optimized,turbo >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q "unknown backend 'turbo'" "$TMP/stderr" && ok "unknown backend exits 2" || bad "unknown backend: exit $rc"
+"$QC" bench "${ARGS[@]}" --json "$TMP/no/such/dir/b.json" >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && ok "unwritable --json exits 2 before running" || bad "unwritable json: exit $rc"
+"$QC" bench --help >"$TMP/stdout" 2>&1 && grep -q -- '--max-regression' "$TMP/stdout" && ok "--help" || bad "--help"
+
+echo "# $pass passed, $fail failed"
+[ $fail = 0 ]
