@@ -178,16 +178,13 @@ static inline void apply_edit(golden_prog *g, const uint8_t op[4]) {
         if (!strncmp(x->obj, "/cases/c", 8)) {
             static const char *names[] = {"c 1", "..", "c1.", "zz", "c2", "c1", "a-b_9", "%"};
             char caseid[4] = {x->obj[7], x->obj[8], 0, 0};
-            char rest[160];
-            snprintf(rest, sizeof rest, "%s", x->obj + 9);
             for (int i = 0; i < g->n; i++)
                 if (!strncmp(g->it[i].obj, "/cases/", 7) && !strncmp(g->it[i].obj + 7, caseid, 2) &&
                     (g->it[i].obj[9] == '/' || g->it[i].obj[9] == 0)) {
-                    char tail[160];
-                    snprintf(tail, sizeof tail, "%s", g->it[i].obj + 9);
-                    snprintf(g->it[i].obj, sizeof g->it[i].obj, "/cases/%s%s", names[b % 8], tail);
+                    char tail[140]; /* paths below the case are short (< 60 chars) */
+                    snprintf(tail, sizeof tail, "%.139s", g->it[i].obj + 9);
+                    snprintf(g->it[i].obj, sizeof g->it[i].obj, "/cases/%.8s%s", names[b % 8], tail);
                 }
-            (void)rest;
         }
         break;
     case 8: /* add an unknown dataset beside this item */

@@ -146,7 +146,7 @@ def main():
             put("fuzz_config", "fixture_" + rel, data)
         elif base.endswith(".index.json"):
             put("fuzz_index", "fixture_" + rel, data)
-        elif "toler" in base or "policy" in base:
+        elif base == "tolerances.json" or base.endswith("policy.json"):
             put("fuzz_policy", "fixture_" + rel, data)
         elif "profile" in base:
             put("fuzz_profile", "fixture_" + rel, data)

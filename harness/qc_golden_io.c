@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -144,6 +146,41 @@ typedef struct {
     qc_err *err;
 } rd_ctx;
 
+/* libhdf5 1.10 can crash (SIGSEGV in H5HG_read) on a corrupted variable-length string in a
+ * damaged file. A golden reader must not crash on bad input, so the one read that reaches the
+ * global heap is guarded: a fault inside it becomes an error. Returns 0, -1 (HDF5 error) or -2
+ * (the library faulted). */
+static sigjmp_buf vl_jmp;
+static volatile sig_atomic_t vl_armed;
+static volatile sig_atomic_t vl_faulted;
+
+int qc_golden_hdf5_faulted(void) { return vl_faulted; }
+
+static void vl_fault(int sig) {
+    if (vl_armed) siglongjmp(vl_jmp, sig);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int guarded_vl_read(hid_t a, hid_t mt, char **vl) {
+    struct sigaction sa, old_segv, old_bus;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = vl_fault;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+    volatile int rc = -2;
+    if (sigsetjmp(vl_jmp, 1) == 0) {
+        vl_armed = 1;
+        rc = H5Aread(a, mt, vl) < 0 ? -1 : 0;
+    }
+    vl_armed = 0;
+    if (rc == -2) vl_faulted = 1;
+    sigaction(SIGSEGV, &old_segv, NULL);
+    sigaction(SIGBUS, &old_bus, NULL);
+    return rc;
+}
+
 /* Read a string attribute `name` of obj (whose path is objpath, for messages) into a malloc'd
  * string. *out = NULL and QC_OK when absent and !required. */
 static qc_status attr_string(const rd_ctx *c, hid_t obj, const char *objpath, const char *name,
@@ -182,7 +219,14 @@ static qc_status attr_string(const rd_ctx *c, hid_t obj, const char *objpath, co
     if (is_vl) {
         if (H5Tset_size(mt, H5T_VARIABLE) < 0) goto h5fail;
         H5Tset_cset(mt, H5Tget_cset(ft));
-        if (H5Aread(a, mt, &vl) < 0) goto h5fail;
+        int rc = guarded_vl_read(a, mt, &vl);
+        if (rc == -2) {
+            st = qc_errf(c->err, QC_ERR_HDF5,
+                         "%s: %s%s%s: corrupt variable-length string (the HDF5 library crashed "
+                         "reading it)", c->file, objpath, sep, name);
+            goto done;
+        }
+        if (rc < 0) goto h5fail;
         *out = strdup(vl ? vl : "");
         H5free_memory(vl);
         vl = NULL;

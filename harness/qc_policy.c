@@ -143,6 +143,14 @@ static qc_status parse_override(const cJSON *o, int idx, const char *path, overr
         if (!cJSON_IsString(s) || !s->valuestring)
             return qc_errf(err, QC_ERR_FORMAT, "%s: %s.%s: must be a string", path, ctx,
                            sel_names[k]);
+        /* glibc's regcomp is exponential on stacked repeat operators ("a++++..."): bound the
+         * selector before compiling it (a tensor / case selector never needs more). */
+        size_t n_rep = 0, slen = strlen(s->valuestring);
+        for (const char *q = s->valuestring; *q; q++) n_rep += strchr("*+?{", *q) != NULL;
+        if (slen > 256 || n_rep > 8)
+            return qc_errf(err, QC_ERR_FORMAT,
+                           "%s: %s.%s: selector too complex (%zu bytes, %zu repeat operators; "
+                           "at most 256 and 8)", path, ctx, sel_names[k], slen, n_rep);
         e->sel[k] = strdup(s->valuestring);
         if (!e->sel[k]) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
         size_t L = strlen(s->valuestring) + 8;

@@ -12,7 +12,10 @@
  * Attention: per (token, head) with an online softmax over key blocks of 64 (no scratch that
  * grows with the context). DeltaNet: qc_opt_deltanet.c.
  *
- * Thread invariance: see qc_opt_internal.h. QC_OPT_GEMM_MIN (env) overrides gemm_min (tests).
+ * Threads: one OpenMP region per forward pass; thread 0 runs the pass and posts each parallel
+ * step as a job whose items the other threads help with (qc_opt_pool.c). Thread invariance:
+ * see qc_opt_internal.h. Env (tests): QC_OPT_GEMM_MIN overrides gemm_min, QC_OPT_PAR_MIN the
+ * smallest step worth sharing (0: share every step).
  */
 #include <math.h>
 #include <omp.h>
@@ -60,106 +63,159 @@ static void opt_free(qc_opt *o) {
 
 static size_t rows_of(const qc_tensor *t) { return (size_t)t->shape[0]; }
 
-/* Work is handed out dynamically (threads preempted on a busy machine do less of it); which
- * thread computes a row / panel never changes its value. */
+/* Work is handed out dynamically (qc_opt_pool.c: a helper preempted on a busy machine does
+ * less of it); which thread computes a row / panel never changes its value. */
 #define MV_CHUNK_ROWS 64 /* matrix-vector rows per work item */
 #define GEMM_PANELS 2    /* GEMM panels per work item */
+
+typedef struct {
+    qc_opt *o;
+    const float *x;          /* [n, K] input, row stride ldx */
+    long ldx;
+    int n, K, Kp, ns, sblk;  /* tokens, input dim, padded, token strips, strips per block */
+    const qc_opt_lin *outs;
+    long end[8];             /* cumulative work items per output */
+    long ngrp;               /* GEMM: panel groups over all outputs */
+} lin_job;
+
+static int out_of_item(const lin_job *j, long it, long *first) {
+    int wi = 0;
+    while (it >= j->end[wi]) wi++;
+    *first = wi ? j->end[wi - 1] : 0;
+    return wi;
+}
+
+static void mv_item(void *ctx, long it, int tid) {
+    const lin_job *j = ctx;
+    (void)tid;
+    long first;
+    const int wi = out_of_item(j, it, &first);
+    const qc_tensor *w = j->outs[wi].w;
+    const long r0 = (it - first) * MV_CHUNK_ROWS, rows = (long)rows_of(w);
+    const int cnt = (int)(rows - r0 < MV_CHUNK_ROWS ? rows - r0 : MV_CHUNK_ROWS);
+    j->o->k->matvec(j->outs[wi].y + r0, j->outs[wi].ldy,
+                    (const char *)w->data + (size_t)r0 * (size_t)j->K * qc_dtype_size(w->dtype),
+                    w->dtype, cnt, j->K, j->x, j->ldx, j->n);
+}
+
+static void pack_item(void *ctx, long s, int tid) {
+    const lin_job *j = ctx;
+    (void)tid;
+    const int NR = j->o->k->gemm_nr, t0 = (int)s * NR, cnt = j->n - t0 < NR ? j->n - t0 : NR;
+    j->o->k->pack_x(j->o->xpack + (size_t)s * j->Kp * NR, j->x + (size_t)t0 * j->ldx, (int)j->ldx,
+                    j->K, cnt);
+}
+
+/* item = (token block, group of GEMM_PANELS panels), token block major */
+static void tile_item(void *ctx, long it, int tid) {
+    const lin_job *j = ctx;
+    const qc_opt_kernels *kt = j->o->k;
+    const int MR = kt->gemm_mr, NR = kt->gemm_nr;
+    const int sb = (int)(it / j->ngrp) * j->sblk, se = sb + j->sblk < j->ns ? sb + j->sblk : j->ns;
+    long first;
+    const long g = it % j->ngrp;
+    const int wi = out_of_item(j, g, &first);
+    const qc_tensor *w = j->outs[wi].w;
+    const int rows = (int)rows_of(w);
+    float *panel = j->o->panel[tid];
+    const long p0 = (g - first) * GEMM_PANELS;
+    for (long p = p0; p < p0 + GEMM_PANELS; p++) {
+        const int row0 = (int)(p * MR);
+        if (row0 >= rows) break;
+        const int mr = rows - row0 < MR ? rows - row0 : MR;
+        kt->pack_w(panel, (const char *)w->data + (size_t)row0 * j->K * qc_dtype_size(w->dtype),
+                   w->dtype, j->K, mr);
+        for (int s = sb; s < se; s++) {
+            const int t0 = s * NR, cnt = j->n - t0 < NR ? j->n - t0 : NR;
+            kt->gemm_tile(panel, j->o->xpack + (size_t)s * j->Kp * NR, j->Kp,
+                          j->outs[wi].y + (long)t0 * j->outs[wi].ldy + row0, j->outs[wi].ldy, mr, cnt);
+        }
+    }
+}
 
 void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_opt_lin *outs,
                    int nouts) {
     const qc_opt_kernels *kt = o->k;
-    const int T = o->nthreads;
+    QC_ASSERT(nouts >= 1 && nouts <= 8);
+    lin_job j = {.o = o, .x = x, .ldx = ldx, .n = n, .K = K, .outs = outs};
     long total = 0; /* output rows of all outputs */
     for (int i = 0; i < nouts; i++) total += (long)rows_of(outs[i].w);
+    const int par = QC_OPT_PAR(o, (double)n * K * total);
     if (n < o->gemm_min) {
         /* matrix-vector: items of MV_CHUNK_ROWS rows of the concatenated outputs */
-        long item_end[8], nitems = 0;
+        long nitems = 0;
         for (int i = 0; i < nouts; i++) {
             nitems += ((long)rows_of(outs[i].w) + MV_CHUNK_ROWS - 1) / MV_CHUNK_ROWS;
-            item_end[i] = nitems;
+            j.end[i] = nitems;
         }
-#pragma omp parallel for num_threads(T) schedule(dynamic, 1) if (nitems > 1 && QC_OPT_PAR(o, (double)n * K * total))
-        for (long it = 0; it < nitems; it++) {
-            int wi = 0;
-            while (it >= item_end[wi]) wi++;
-            const qc_tensor *w = outs[wi].w;
-            const long r0 = (it - (wi ? item_end[wi - 1] : 0)) * MV_CHUNK_ROWS;
-            const long rows = (long)rows_of(w);
-            const int cnt = (int)(rows - r0 < MV_CHUNK_ROWS ? rows - r0 : MV_CHUNK_ROWS);
-            kt->matvec(outs[wi].y + r0, outs[wi].ldy,
-                       (const char *)w->data + (size_t)r0 * (size_t)K * qc_dtype_size(w->dtype),
-                       w->dtype, cnt, K, x, ldx, n);
-        }
+        qc_opt_run(o, nitems, par, mv_item, &j);
         return;
     }
     /* packed GEMM */
-    const int MR = kt->gemm_mr, NR = kt->gemm_nr, Kp = qc_opt_kpad(K);
-    const int ns = (n + NR - 1) / NR;
-    long grp_end[8], ngrp = 0;
+    const int MR = kt->gemm_mr, NR = kt->gemm_nr;
+    j.Kp = qc_opt_kpad(K);
+    j.ns = (n + NR - 1) / NR;
     for (int i = 0; i < nouts; i++) {
         long panels = ((long)rows_of(outs[i].w) + MR - 1) / MR;
-        ngrp += (panels + GEMM_PANELS - 1) / GEMM_PANELS;
-        grp_end[i] = ngrp;
+        j.ngrp += (panels + GEMM_PANELS - 1) / GEMM_PANELS;
+        j.end[i] = j.ngrp;
     }
     /* token block: as many strips as fit in ~1.5 MiB (stays in the 2 MiB L2 with the panel
      * while the panels run; every panel is widened once per token block) */
-    int sblk = (int)((3L << 19) / ((long)Kp * NR * 4));
-    if (sblk < 1) sblk = 1;
-    const long nsb = (ns + sblk - 1) / sblk;
-#pragma omp parallel num_threads(T) if (QC_OPT_PAR(o, (double)n * K * total))
-    {
-        float *panel = o->panel[omp_get_thread_num()];
-#pragma omp for schedule(static)
-        for (int s = 0; s < ns; s++) {
-            int t0 = s * NR, cnt = n - t0 < NR ? n - t0 : NR;
-            kt->pack_x(o->xpack + (size_t)s * Kp * NR, x + (size_t)t0 * ldx, (int)ldx, K, cnt);
-        }
-        /* items: (token block, group of panels), token block major */
-#pragma omp for schedule(dynamic, 1)
-        for (long it = 0; it < nsb * ngrp; it++) {
-            const int sb = (int)(it / ngrp) * sblk, se = sb + sblk < ns ? sb + sblk : ns;
-            const long g = it % ngrp;
-            int wi = 0;
-            while (g >= grp_end[wi]) wi++;
-            const qc_tensor *w = outs[wi].w;
-            const int rows = (int)rows_of(w);
-            const long p0 = (g - (wi ? grp_end[wi - 1] : 0)) * GEMM_PANELS;
-            for (long p = p0; p < p0 + GEMM_PANELS; p++) {
-                const int row0 = (int)(p * MR);
-                if (row0 >= rows) break;
-                const int mr = rows - row0 < MR ? rows - row0 : MR;
-                kt->pack_w(panel, (const char *)w->data + (size_t)row0 * K * qc_dtype_size(w->dtype),
-                           w->dtype, K, mr);
-                for (int s = sb; s < se; s++) {
-                    const int t0 = s * NR, cnt = n - t0 < NR ? n - t0 : NR;
-                    kt->gemm_tile(panel, o->xpack + (size_t)s * Kp * NR, Kp,
-                                  outs[wi].y + (long)t0 * outs[wi].ldy + row0, outs[wi].ldy, mr, cnt);
-                }
-            }
-        }
-    }
+    j.sblk = (int)((3L << 19) / ((long)j.Kp * NR * 4));
+    if (j.sblk < 1) j.sblk = 1;
+    const long nsb = (j.ns + j.sblk - 1) / j.sblk;
+    qc_opt_run(o, j.ns, par, pack_item, &j);
+    qc_opt_run(o, nsb * j.ngrp, par, tile_item, &j);
 }
 
 /* ===================================================================================== */
 /* Norms, residuals                                                                       */
 /* ===================================================================================== */
 
-/* y[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w1p, rows r0 .. r0+rows-1 */
+typedef struct {
+    const qc_opt_kernels *K;
+    float *y;
+    const float *x;
+    int dim;
+    const float *w1p;
+    float eps;
+} norm_job;
+
+static void norm_item(void *ctx, long r, int tid) {
+    const norm_job *j = ctx;
+    (void)tid;
+    const float *xr = j->x + (size_t)r * j->dim;
+    float *yr = j->y + (size_t)r * j->dim;
+    const float inv = 1.0f / sqrtf(j->K->sumsq(xr, j->dim) / (float)j->dim + j->eps);
+    for (int i = 0; i < j->dim; i++) yr[i] = (xr[i] * inv) * j->w1p[i];
+}
+
+/* y[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w1p for each of `rows` rows */
 static void rmsnorm_rows(qc_opt *o, float *y, const float *x, int rows, int dim, const float *w1p,
                          float eps) {
-    const qc_opt_kernels *K = o->k;
-#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (rows > 1 && QC_OPT_PAR(o, (double)rows * dim))
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * dim;
-        float *yr = y + (size_t)r * dim;
-        const float inv = 1.0f / sqrtf(K->sumsq(xr, dim) / (float)dim + eps);
-        for (int i = 0; i < dim; i++) yr[i] = (xr[i] * inv) * w1p[i];
-    }
+    norm_job j = {o->k, y, x, dim, w1p, eps};
+    qc_opt_run(o, rows, QC_OPT_PAR(o, (double)rows * dim), norm_item, &j);
+}
+
+typedef struct {
+    float *h;
+    const float *u;
+    size_t count;
+} add_job;
+
+#define ADD_CHUNK 16384
+
+static void add_item(void *ctx, long it, int tid) {
+    const add_job *j = ctx;
+    (void)tid;
+    size_t a = (size_t)it * ADD_CHUNK, b = a + ADD_CHUNK < j->count ? a + ADD_CHUNK : j->count;
+    for (size_t i = a; i < b; i++) j->h[i] = j->h[i] + j->u[i];
 }
 
 static void add_rows(qc_opt *o, float *h, const float *u, size_t count) {
-#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (QC_OPT_PAR(o, (double)count))
-    for (size_t i = 0; i < count; i++) h[i] = h[i] + u[i];
+    add_job j = {h, u, count};
+    qc_opt_run(o, (long)((count + ADD_CHUNK - 1) / ADD_CHUNK), QC_OPT_PAR(o, (double)count), add_item, &j);
 }
 
 /* ===================================================================================== */
@@ -176,79 +232,95 @@ static void rope_apply(float *x, const float *cs, int rd) {
     }
 }
 
+typedef struct {
+    qc_opt *o;
+    const qc_opt_layer *L;
+    float *kc, *vc;          /* this layer's caches [nkv, max_ctx, hd] */
+    int start_pos, max_ctx;
+    int nh, nkv, hd, rd, grp;
+    float eps, scale;
+} attn_job;
+
+/* token t: q/k norm + RoPE; keys and raw values into the caches */
+static void qk_item(void *ctx, long t, int tid) {
+    const attn_job *j = ctx;
+    const qc_opt *o = j->o;
+    const int hd = j->hd, qgd = 2 * j->nh * hd, kvd = j->nkv * hd, pos = j->start_pos + (int)t;
+    const float *cs = o->rope + (size_t)t * j->rd;
+    (void)tid;
+    for (int h = 0; h < j->nh; h++) {
+        const float *qs = o->mix + (size_t)t * qgd + (size_t)h * 2 * hd;
+        float *qd = o->act + (size_t)t * j->nh * hd + (size_t)h * hd;
+        const float inv = 1.0f / sqrtf(o->k->sumsq(qs, hd) / (float)hd + j->eps);
+        for (int i = 0; i < hd; i++) qd[i] = (qs[i] * inv) * j->L->q_norm1p[i];
+        rope_apply(qd, cs, j->rd);
+    }
+    for (int g = 0; g < j->nkv; g++) {
+        const float *ks = o->kb + (size_t)t * kvd + (size_t)g * hd;
+        float *kd = j->kc + ((size_t)g * j->max_ctx + pos) * hd;
+        const float inv = 1.0f / sqrtf(o->k->sumsq(ks, hd) / (float)hd + j->eps);
+        for (int i = 0; i < hd; i++) kd[i] = (ks[i] * inv) * j->L->k_norm1p[i];
+        rope_apply(kd, cs, j->rd);
+        memcpy(j->vc + ((size_t)g * j->max_ctx + pos) * hd, o->vb + (size_t)t * kvd + (size_t)g * hd,
+               (size_t)hd * sizeof(float));
+    }
+}
+
+/* item = (token, head): causal softmax attention, online over key blocks of 64, then
+ * * sigmoid(gate) */
+static void attn_item(void *ctx, long it, int tid) {
+    const attn_job *j = ctx;
+    const qc_opt *o = j->o;
+    const qc_opt_kernels *K = o->k;
+    const int hd = j->hd, t = (int)(it / j->nh), h = (int)(it % j->nh), qgd = 2 * j->nh * hd;
+    const float *q = o->act + (size_t)t * j->nh * hd + (size_t)h * hd;
+    const int g = h / j->grp, npos = j->start_pos + t + 1;
+    const float *Kc = j->kc + (size_t)g * j->max_ctx * hd, *Vc = j->vc + (size_t)g * j->max_ctx * hd;
+    float *out = o->ob + (size_t)t * j->nh * hd + (size_t)h * hd;
+    float *sc = o->th[tid].sc;
+    float m = -INFINITY, lsum = 0.0f;
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int p0 = 0; p0 < npos; p0 += 64) {
+        const int nb = npos - p0 < 64 ? npos - p0 : 64;
+        float mb = -INFINITY;
+        for (int i = 0; i < nb; i++) {
+            sc[i] = K->dot(q, Kc + (size_t)(p0 + i) * hd, hd) * j->scale;
+            if (sc[i] > mb) mb = sc[i];
+        }
+        const float mnew = mb > m ? mb : m;
+        if (mnew > m && m != -INFINITY) {
+            const float corr = expf(m - mnew);
+            K->scale(out, corr, hd);
+            lsum *= corr;
+        }
+        m = mnew;
+        for (int i = 0; i < nb; i++) sc[i] = sc[i] - m;
+        K->vexp(sc, sc, nb);
+        for (int i = 0; i < nb; i++) {
+            lsum += sc[i];
+            K->axpy(out, sc[i], Vc + (size_t)(p0 + i) * hd, hd);
+        }
+    }
+    K->scale(out, 1.0f / lsum, hd);
+    K->sigmoid_mul(out, o->mix + (size_t)t * qgd + (size_t)h * 2 * hd + hd, hd);
+}
+
 static void attention(qc_opt *o, int l, int n, int start_pos, qc_state *st) {
     const qc_config *c = &o->m->cfg;
     const qc_layer_weights *W = &o->m->layers[l];
-    const qc_opt_layer *L = &o->layers[l];
-    const qc_opt_kernels *K = o->k;
     const int H = c->hidden_size, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
-    const int rd = c->rotary_dim, qgd = 2 * nh * hd, kvd = nkv * hd, grp = nh / nkv;
-    const int max_ctx = st->max_context_len, T = o->nthreads;
-    const float eps = (float)c->rms_eps;
+    const int qgd = 2 * nh * hd, kvd = nkv * hd;
 
     qc_opt_lin outs[3] = {{&W->q_proj, o->mix, qgd}, {&W->k_proj, o->kb, kvd}, {&W->v_proj, o->vb, kvd}};
     qc_opt_linear(o, o->xn, H, n, H, outs, 3);
 
-    float *kc = st->k_cache[l], *vc = st->v_cache[l];
-    /* q/k norm + RoPE; keys and raw values into the caches */
-#pragma omp parallel for num_threads(T) schedule(static) if (n > 1 && QC_OPT_PAR(o, (double)n * (nh + 2 * nkv) * hd))
-    for (int t = 0; t < n; t++) {
-        const float *cs = o->rope + (size_t)t * rd;
-        const int pos = start_pos + t;
-        for (int h = 0; h < nh; h++) {
-            const float *qs = o->mix + (size_t)t * qgd + (size_t)h * 2 * hd;
-            float *qd = o->act + (size_t)t * nh * hd + (size_t)h * hd;
-            const float inv = 1.0f / sqrtf(K->sumsq(qs, hd) / (float)hd + eps);
-            for (int i = 0; i < hd; i++) qd[i] = (qs[i] * inv) * L->q_norm1p[i];
-            rope_apply(qd, cs, rd);
-        }
-        for (int g = 0; g < nkv; g++) {
-            const float *ks = o->kb + (size_t)t * kvd + (size_t)g * hd;
-            float *kd = kc + ((size_t)g * max_ctx + pos) * hd;
-            const float inv = 1.0f / sqrtf(K->sumsq(ks, hd) / (float)hd + eps);
-            for (int i = 0; i < hd; i++) kd[i] = (ks[i] * inv) * L->k_norm1p[i];
-            rope_apply(kd, cs, rd);
-            memcpy(vc + ((size_t)g * max_ctx + pos) * hd, o->vb + (size_t)t * kvd + (size_t)g * hd,
-                   (size_t)hd * sizeof(float));
-        }
-    }
-    /* causal softmax attention, online over key blocks of 64; then * sigmoid(gate) */
-    const float scale = (float)(1.0 / sqrt((double)hd));
-#pragma omp parallel for num_threads(T) schedule(dynamic, 1) collapse(2) if (QC_OPT_PAR(o, (double)n * nh * hd * (start_pos + n)))
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < nh; h++) {
-            qc_opt_thread *w = &o->th[omp_get_thread_num()];
-            const float *q = o->act + (size_t)t * nh * hd + (size_t)h * hd;
-            const int g = h / grp, npos = start_pos + t + 1;
-            const float *Kc = kc + (size_t)g * max_ctx * hd, *Vc = vc + (size_t)g * max_ctx * hd;
-            float *out = o->ob + (size_t)t * nh * hd + (size_t)h * hd;
-            float *sc = w->sc;
-            float m = -INFINITY, lsum = 0.0f;
-            memset(out, 0, (size_t)hd * sizeof(float));
-            for (int p0 = 0; p0 < npos; p0 += 64) {
-                const int nb = npos - p0 < 64 ? npos - p0 : 64;
-                float mb = -INFINITY;
-                for (int j = 0; j < nb; j++) {
-                    sc[j] = K->dot(q, Kc + (size_t)(p0 + j) * hd, hd) * scale;
-                    if (sc[j] > mb) mb = sc[j];
-                }
-                const float mnew = mb > m ? mb : m;
-                if (mnew > m && m != -INFINITY) {
-                    const float corr = expf(m - mnew);
-                    K->scale(out, corr, hd);
-                    lsum *= corr;
-                }
-                m = mnew;
-                for (int j = 0; j < nb; j++) sc[j] = sc[j] - m;
-                K->vexp(sc, sc, nb);
-                for (int j = 0; j < nb; j++) {
-                    lsum += sc[j];
-                    K->axpy(out, sc[j], Vc + (size_t)(p0 + j) * hd, hd);
-                }
-            }
-            K->scale(out, 1.0f / lsum, hd);
-            K->sigmoid_mul(out, o->mix + (size_t)t * qgd + (size_t)h * 2 * hd + hd, hd);
-        }
+    attn_job j = {.o = o, .L = &o->layers[l], .kc = st->k_cache[l], .vc = st->v_cache[l],
+                  .start_pos = start_pos, .max_ctx = st->max_context_len, .nh = nh, .nkv = nkv,
+                  .hd = hd, .rd = c->rotary_dim, .grp = nh / nkv, .eps = (float)c->rms_eps,
+                  .scale = (float)(1.0 / sqrt((double)hd))};
+    qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * (nh + 2 * nkv) * hd * 4), qk_item, &j);
+    qc_opt_run(o, (long)n * nh, QC_OPT_PAR(o, (double)n * nh * hd * (start_pos + n)), attn_item, &j);
+
     qc_opt_lin oo = {&W->o_proj, o->u, H};
     qc_opt_linear(o, o->ob, (long)nh * hd, n, nh * hd, &oo, 1);
 }
@@ -257,15 +329,25 @@ static void attention(qc_opt *o, int l, int n, int start_pos, qc_state *st) {
 /* MLP                                                                                    */
 /* ===================================================================================== */
 
+typedef struct {
+    qc_opt *o;
+    int I;
+} mlp_job;
+
+static void swiglu_item(void *ctx, long t, int tid) {
+    const mlp_job *j = ctx;
+    (void)tid;
+    j->o->k->silu_mul(j->o->mix + (size_t)t * j->I, j->o->zb + (size_t)t * j->I, j->I);
+}
+
 static void mlp(qc_opt *o, int l, int n) {
     const qc_config *c = &o->m->cfg;
     const qc_layer_weights *W = &o->m->layers[l];
     const int H = c->hidden_size, I = c->intermediate_size;
     qc_opt_lin gu[2] = {{&W->mlp_gate, o->mix, I}, {&W->mlp_up, o->zb, I}};
     qc_opt_linear(o, o->xn, H, n, H, gu, 2);
-    const qc_opt_kernels *K = o->k;
-#pragma omp parallel for num_threads(o->nthreads) schedule(static) if (n > 1 && QC_OPT_PAR(o, (double)n * I * 8))
-    for (int t = 0; t < n; t++) K->silu_mul(o->mix + (size_t)t * I, o->zb + (size_t)t * I, I);
+    mlp_job j = {o, I};
+    qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * I * 8), swiglu_item, &j);
     qc_opt_lin dn = {&W->mlp_down, o->u, H};
     qc_opt_linear(o, o->mix, I, n, I, &dn, 1);
 }
@@ -273,6 +355,9 @@ static void mlp(qc_opt *o, int l, int n) {
 /* ===================================================================================== */
 /* Forward                                                                                */
 /* ===================================================================================== */
+
+static void forward_body(qc_backend *be, const int32_t *tokens, int n, int start_pos,
+                         qc_state *st, float *logits, int all_logits, int chunk);
 
 static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
                              qc_state *st, float *logits, int all_logits, qc_err *err) {
@@ -306,7 +391,34 @@ static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int s
                            "sized at create",
                            chunk, o->cmax);
     }
-    const qc_opt_kernels *K = o->k;
+    if (QC_OPT_PAR(o, (double)n * H * c->intermediate_size)) {
+        /* one parallel region per forward: thread 0 runs the pass, the others help with its
+         * jobs (qc_opt_pool.c); passes too small to share any job run inline */
+        qc_opt_pool_reset(&o->pool);
+#pragma omp parallel num_threads(o->nthreads)
+        {
+            if (omp_get_thread_num() == 0) {
+                o->pool_active = omp_get_num_threads() > 1;
+                forward_body(be, tokens, n, start_pos, st, logits, all_logits, chunk);
+                o->pool_active = 0;
+                qc_opt_pool_quit(&o->pool);
+            } else {
+                qc_opt_pool_helper(&o->pool, omp_get_thread_num());
+            }
+        }
+    } else {
+        forward_body(be, tokens, n, start_pos, st, logits, all_logits, chunk);
+    }
+    return QC_OK;
+}
+
+/* the pass itself (arguments validated) */
+static void forward_body(qc_backend *be, const int32_t *tokens, int n, int start_pos,
+                         qc_state *st, float *logits, int all_logits, int chunk) {
+    qc_opt *o = be->impl;
+    const qc_model *m = o->m;
+    const qc_config *c = &m->cfg;
+    const int H = c->hidden_size, V = c->vocab_size, L = c->n_layers;
     const float eps = (float)c->rms_eps;
 
     /* embeddings */
@@ -365,8 +477,6 @@ static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int s
         if (all_logits) qc_opt_linear(o, o->xn, H, n, H, &lo, 1);
         else qc_opt_linear(o, o->xn + (size_t)(n - 1) * H, H, 1, H, &lo, 1);
     }
-    (void)K;
-    return QC_OK;
 }
 
 /* ===================================================================================== */

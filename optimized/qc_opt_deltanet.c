@@ -84,16 +84,17 @@ static void dn_recurrent_head(const qc_opt_kernels *K, const dn_head *a, float *
         const float *q = a->q + t * a->ldqk, *k = a->k + t * a->ldqk, *v = a->v + t * a->ldqk;
         const float beta = a->bg[t * nv2], eg = expf(a->bg[t * nv2 + a->nv]);
         float *o = a->o + t * a->ldo;
+        /* pass 1 (read only): kv = (exp(g) S)^T k = exp(g) (S^T k) */
         memset(kv, 0, (size_t)dv * sizeof(float));
-        for (int i = 0; i < dk; i++) {
-            K->scale(S + (size_t)i * dv, eg, dv);
-            K->axpy(kv, k[i], S + (size_t)i * dv, dv);
-        }
-        for (int j = 0; j < dv; j++) kv[j] = beta * (v[j] - kv[j]);
+        for (int i = 0; i < dk; i++) K->axpy(kv, k[i], S + (size_t)i * dv, dv);
+        for (int j = 0; j < dv; j++) kv[j] = beta * (v[j] - eg * kv[j]);
+        /* pass 2 (read-write, each row while it is in L1): S = exp(g) S + k d^T; o = S^T q */
         memset(o, 0, (size_t)dv * sizeof(float));
         for (int i = 0; i < dk; i++) {
-            K->axpy(S + (size_t)i * dv, k[i], kv, dv);
-            K->axpy(o, q[i], S + (size_t)i * dv, dv);
+            float *Si = S + (size_t)i * dv;
+            K->scale(Si, eg, dv);
+            K->axpy(Si, k[i], kv, dv);
+            K->axpy(o, q[i], Si, dv);
         }
     }
 }
@@ -180,15 +181,89 @@ static void dn_chunked_head(const qc_opt_kernels *K, const dn_head *a, float *S,
 
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+typedef struct {
+    qc_opt *o;
+    const qc_opt_layer *L;
+    float *S0;               /* this layer's recurrent state [nv, dk, dv] */
+    int n, chunk;            /* tokens; effective chunk (0: recurrence) */
+    int nk, nv, dk, dv, Kc, C, key_dim, vdim;
+    float q_scale, eps;
+} dn_job;
+
+/* token t: causal conv + SiLU over E = [conv_state | x^T] (y[t] uses columns t+1 .. t+K);
+ * l2norm q, k per key head (fixed eps 1e-6), q *= 1/sqrt(dk); beta = sigmoid(b),
+ * g = -exp(A_log) softplus(a + dt_bias) */
+static void conv_item(void *ctx, long t, int tid) {
+    const dn_job *j = ctx;
+    const qc_opt *o = j->o;
+    const qc_opt_kernels *K = o->k;
+    const int C = j->C, Kc = j->Kc, dk = j->dk, nv = j->nv;
+    (void)tid;
+    float *y = o->act + (size_t)t * C;
+    for (int jj = 0; jj < Kc; jj++) {
+        const long idx = t + 1 + jj;
+        const float *col = idx < Kc ? o->est + (size_t)idx * C : o->mix + (size_t)(idx - Kc) * C;
+        const float *wj = j->L->conv_wT + (size_t)jj * C;
+        if (jj == 0)
+            for (int c_ = 0; c_ < C; c_++) y[c_] = wj[c_] * col[c_];
+        else
+            for (int c_ = 0; c_ < C; c_++) y[c_] = y[c_] + wj[c_] * col[c_];
+    }
+    K->silu(y, y, C);
+    for (int hk = 0; hk < 2 * j->nk; hk++) {
+        float *x = y + (size_t)hk * dk;
+        const float inv = 1.0f / sqrtf(K->sumsq(x, dk) + 1e-6f);
+        for (int i = 0; i < dk; i++) x[i] = x[i] * inv;
+        if (hk < j->nk)
+            for (int i = 0; i < dk; i++) x[i] = x[i] * j->q_scale;
+    }
+    float *bg = o->bab + (size_t)t * 2 * nv;
+    for (int h = 0; h < nv; h++) {
+        const float b = bg[h], a = bg[nv + h];
+        bg[h] = 1.0f / (1.0f + expf(-b));
+        bg[nv + h] = j->L->neg_expA[h] * softplus(a + j->L->dt_bias[h]);
+    }
+}
+
+/* value head h: the delta rule over the n tokens */
+static void head_item(void *ctx, long h, int tid) {
+    const dn_job *j = ctx;
+    qc_opt *o = j->o;
+    qc_opt_thread *w = &o->th[tid];
+    const int hk = (int)h / (j->nv / j->nk);
+    dn_head a = {.n = j->n, .nv = j->nv, .dk = j->dk, .dv = j->dv,
+                 .q = o->act + (size_t)hk * j->dk, .k = o->act + j->key_dim + (size_t)hk * j->dk,
+                 .ldqk = j->C, .v = o->act + 2 * j->key_dim + (size_t)h * j->dv,
+                 .bg = o->bab + h, .o = o->ob + (size_t)h * j->dv, .ldo = j->vdim};
+    float *S = j->S0 + (size_t)h * j->dk * j->dv;
+    if (j->chunk <= 0 || j->n == 1) dn_recurrent_head(o->k, &a, S, w->vec);
+    else dn_chunked_head(o->k, &a, S, j->chunk, o->cmax, w);
+}
+
+/* token t: gated RMSNorm per head, y = w * (o * inv) * silu(z) */
+static void gnorm_item(void *ctx, long t, int tid) {
+    const dn_job *j = ctx;
+    const qc_opt *o = j->o;
+    const qc_opt_kernels *K = o->k;
+    const int dv = j->dv;
+    float *sz = o->th[tid].vec;
+    for (int h = 0; h < j->nv; h++) {
+        float *x = o->ob + (size_t)t * j->vdim + (size_t)h * dv;
+        K->silu(sz, o->zb + (size_t)t * j->vdim + (size_t)h * dv, dv);
+        const float inv = 1.0f / sqrtf(K->sumsq(x, dv) / (float)dv + j->eps);
+        for (int i = 0; i < dv; i++) x[i] = j->L->lin_norm[i] * (x[i] * inv) * sz[i];
+    }
+}
+
 void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
     const qc_config *c = &o->m->cfg;
     const qc_layer_weights *W = &o->m->layers[l];
-    const qc_opt_layer *L = &o->layers[l];
-    const qc_opt_kernels *K = o->k;
     const int H = c->hidden_size, nk = c->lin_n_k_heads, nv = c->lin_n_v_heads;
     const int dk = c->lin_k_dim, dv = c->lin_v_dim, Kc = c->conv_kernel;
-    const int key_dim = nk * dk, vdim = nv * dv, C = qc_cfg_conv_dim(c), nv2 = 2 * nv;
-    const int T = o->nthreads;
+    const int vdim = nv * dv, C = qc_cfg_conv_dim(c), nv2 = 2 * nv;
+    dn_job j = {.o = o, .L = &o->layers[l], .S0 = st->recurrent_state[l], .n = n, .chunk = chunk,
+                .nk = nk, .nv = nv, .dk = dk, .dv = dv, .Kc = Kc, .C = C, .key_dim = nk * dk,
+                .vdim = vdim, .q_scale = (float)(1.0 / sqrt((double)dk)), .eps = (float)c->rms_eps};
 
     /* 1. projections */
     qc_opt_lin outs[4] = {{&W->in_proj_qkv, o->mix, C},
@@ -197,74 +272,22 @@ void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
                           {&W->in_proj_a, o->bab + nv, nv2}};
     qc_opt_linear(o, o->xn, H, n, H, outs, 4);
 
-    /* 2. causal conv + SiLU over E = [conv_state | x^T]; y[t] uses columns t+1 .. t+K */
+    /* 2-3. conv + SiLU, q/k l2norm, beta, g; then the conv state <- last K columns of E */
     float *cs = st->conv_state[l];
     for (int c_ = 0; c_ < C; c_++)
-        for (int j = 0; j < Kc; j++) o->est[(size_t)j * C + c_] = cs[(size_t)c_ * Kc + j];
-    const float *wT = L->conv_wT;
-    const float q_scale = (float)(1.0 / sqrt((double)dk));
-#pragma omp parallel for num_threads(T) schedule(static) if (n > 1 && QC_OPT_PAR(o, (double)n * C * (Kc + 8)))
-    for (int t = 0; t < n; t++) {
-        float *y = o->act + (size_t)t * C;
-        for (int j = 0; j < Kc; j++) {
-            const int idx = t + 1 + j;
-            const float *col = idx < Kc ? o->est + (size_t)idx * C : o->mix + (size_t)(idx - Kc) * C;
-            const float *wj = wT + (size_t)j * C;
-            if (j == 0)
-                for (int c_ = 0; c_ < C; c_++) y[c_] = wj[c_] * col[c_];
-            else
-                for (int c_ = 0; c_ < C; c_++) y[c_] = y[c_] + wj[c_] * col[c_];
-        }
-        K->silu(y, y, C);
-        /* 3. l2norm q, k per key head (fixed eps 1e-6), q *= 1/sqrt(dk); beta, g */
-        for (int hk = 0; hk < 2 * nk; hk++) {
-            float *x = y + (size_t)hk * dk;
-            const float inv = 1.0f / sqrtf(K->sumsq(x, dk) + 1e-6f);
-            for (int i = 0; i < dk; i++) x[i] = x[i] * inv;
-            if (hk < nk)
-                for (int i = 0; i < dk; i++) x[i] = x[i] * q_scale;
-        }
-        float *bg = o->bab + (size_t)t * nv2;
-        for (int h = 0; h < nv; h++) {
-            const float b = bg[h], a = bg[nv + h];
-            bg[h] = 1.0f / (1.0f + expf(-b));
-            bg[nv + h] = L->neg_expA[h] * softplus(a + L->dt_bias[h]);
-        }
-    }
-    for (int j = 0; j < Kc; j++) {
-        const int idx = n + j;
+        for (int jj = 0; jj < Kc; jj++) o->est[(size_t)jj * C + c_] = cs[(size_t)c_ * Kc + jj];
+    qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * C * (Kc + 8)), conv_item, &j);
+    for (int jj = 0; jj < Kc; jj++) {
+        const int idx = n + jj;
         const float *col = idx < Kc ? o->est + (size_t)idx * C : o->mix + (size_t)(idx - Kc) * C;
-        for (int c_ = 0; c_ < C; c_++) cs[(size_t)c_ * Kc + j] = col[c_];
+        for (int c_ = 0; c_ < C; c_++) cs[(size_t)c_ * Kc + jj] = col[c_];
     }
 
-    /* 4. the delta rule, one value head per task */
-    float *S0 = st->recurrent_state[l];
-    const int r = nv / nk;
-#pragma omp parallel for num_threads(T) schedule(dynamic, 1) if (QC_OPT_PAR(o, 4.0 * n * nv * dk * dv))
-    for (int h = 0; h < nv; h++) {
-        qc_opt_thread *w = &o->th[omp_get_thread_num()];
-        const int hk = h / r;
-        dn_head a = {.n = n, .nv = nv, .dk = dk, .dv = dv,
-                     .q = o->act + (size_t)hk * dk, .k = o->act + key_dim + (size_t)hk * dk,
-                     .ldqk = C, .v = o->act + 2 * key_dim + (size_t)h * dv,
-                     .bg = o->bab + h, .o = o->ob + (size_t)h * dv, .ldo = vdim};
-        float *S = S0 + (size_t)h * dk * dv;
-        if (chunk <= 0 || n == 1) dn_recurrent_head(K, &a, S, w->vec);
-        else dn_chunked_head(K, &a, S, chunk, o->cmax, w);
-    }
+    /* 4. the delta rule, one value head per item */
+    qc_opt_run(o, nv, QC_OPT_PAR(o, 4.0 * n * nv * dk * dv), head_item, &j);
 
-    /* 5. gated RMSNorm per (token, head): y = w * (o * inv) * silu(z) */
-    const float eps = (float)c->rms_eps;
-#pragma omp parallel for num_threads(T) schedule(static) if (n > 1 && QC_OPT_PAR(o, (double)n * vdim * 8))
-    for (int t = 0; t < n; t++) {
-        float *sz = o->th[omp_get_thread_num()].vec;
-        for (int h = 0; h < nv; h++) {
-            float *x = o->ob + (size_t)t * vdim + (size_t)h * dv;
-            K->silu(sz, o->zb + (size_t)t * vdim + (size_t)h * dv, dv);
-            const float inv = 1.0f / sqrtf(K->sumsq(x, dv) / (float)dv + eps);
-            for (int j = 0; j < dv; j++) x[j] = L->lin_norm[j] * (x[j] * inv) * sz[j];
-        }
-    }
+    /* 5. gated RMSNorm */
+    qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * vdim * 8), gnorm_item, &j);
 
     /* 6. out_proj */
     qc_opt_lin oo = {&W->out_proj, o->u, H};

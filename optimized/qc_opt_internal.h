@@ -1,13 +1,15 @@
 /* qc_opt_internal.h — private structures of the optimized backend (shared by
  * qc_opt_backend.c and qc_opt_deltanet.c; not part of the public API).
  *
- * Threading: every parallel region splits work by output rows, tokens or heads; each output
- * element is computed entirely by one thread in an order that does not depend on the split,
- * so results are bit-identical for any thread count.
+ * Threading: every parallel step (a job of qc_opt_pool.c) splits work by output rows, tokens
+ * or heads; each output element is computed entirely by one item, by whichever thread claims
+ * it, in an order that does not depend on the split, so results are bit-identical for any
+ * thread count.
  */
 #ifndef QC_OPT_INTERNAL_H
 #define QC_OPT_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "qc/qc_backend.h"
@@ -45,6 +47,20 @@ typedef struct {
     float *sc;   /* [64] attention scores of one key block */
 } qc_opt_thread;
 
+/* one work item of a job: item index, executing thread id (0..nthreads-1, for scratch) */
+typedef void (*qc_opt_job_fn)(void *ctx, long item, int tid);
+
+/* the job board of one forward pass (qc_opt_pool.c) */
+typedef struct {
+    _Atomic long claim;             /* (job seq << 32) | next unclaimed item; seq 0 = none */
+    _Atomic long done;              /* items of the current job finished */
+    _Atomic int quit;               /* 1: helpers leave */
+    _Atomic(qc_opt_job_fn) fn;      /* current job */
+    _Atomic(void *) ctx;
+    _Atomic long n;                 /* items of the current job */
+    long seq;                       /* last published job (poster only) */
+} qc_opt_pool;
+
 typedef struct {
     const qc_model *m;
     const qc_opt_kernels *k; /* the chosen ISA's kernel table */
@@ -77,6 +93,8 @@ typedef struct {
     float *xpack;  /* [ceil(N / NR), Kp_max, NR] packed token strips */
     float **panel; /* [nthreads] -> [Kp_max / 16, MR, 16] packed weight panel */
     qc_opt_thread *th; /* [nthreads] */
+    qc_opt_pool pool;  /* job board (valid while pool_active) */
+    int pool_active;   /* 1 inside a forward running with helper threads */
     void **blocks; /* every allocation, for destroy */
     int n_blocks, cap_blocks;
 } qc_opt;
@@ -84,6 +102,16 @@ typedef struct {
 /* 1 when `work` (about one multiply-add per unit) is worth waking the other threads: on a busy
  * machine every region waits for its slowest (possibly preempted) thread. */
 #define QC_OPT_PAR(o, work) ((o)->nthreads > 1 && (work) >= (o)->par_min)
+
+/* ---- work distribution (qc_opt_pool.c) ---- */
+
+void qc_opt_pool_reset(qc_opt_pool *p);
+/* helper threads: claim and run items until qc_opt_pool_quit */
+void qc_opt_pool_helper(qc_opt_pool *p, int tid);
+void qc_opt_pool_quit(qc_opt_pool *p);
+/* Run fn(ctx, i, tid) for i in 0..n-1: on the helpers too when `parallel` and a pool is
+ * active, else inline on the calling thread (tid 0). Returns when every item is done. */
+void qc_opt_run(qc_opt *o, long n, int parallel, qc_opt_job_fn fn, void *ctx);
 
 /* ---- DeltaNet (qc_opt_deltanet.c) ---- */
 

@@ -2,7 +2,7 @@
  *
  *   GEMM micro tile: 6 weight rows x 16 tokens = 12 ymm accumulators; packed panel
  *     [Kp/16][6][16], token strip [Kp][16].
- *   matvec: 4 rows per pass, two 8-wide accumulators per row over 16-element blocks.
+ *   matvec: one row at a time, four 8-wide accumulators over 32-element blocks.
  * Every function carries __attribute__((target(...))); see qc_opt_kernels.h for the numerics
  * contract.
  */
@@ -170,44 +170,38 @@ T2I float hsum8(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-T2I void mv_rows(float *out, const void *W, qc_dtype dt, int K, const float *x, const int R) {
-    __m256 a[4], b[4];
-    for (int r = 0; r < R; r++) a[r] = b[r] = _mm256_setzero_ps();
-    int k = 0;
+/* One row x one token: four 8-wide accumulators over 32-element blocks (prefetched 2 KiB
+ * ahead), 8-element blocks into the accumulators in turn, one fixed reduction, the scalar tail
+ * in index order. The arithmetic depends only on K. */
+T2I float mv_row(const void *W, qc_dtype dt, int K, const float *x, int prefetch) {
     const size_t es = dt == QC_F32 ? 4 : 2;
-    for (; k + 16 <= K; k += 16) {
-        __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
-        if (((k * es) & 63) == 0)
-            for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)W + ((size_t)r * K + k) * es + 1536, _MM_HINT_T0);
-        for (int r = 0; r < R; r++) {
-            a[r] = _mm256_fmadd_ps(ld8(W, dt, (size_t)r * K + k), x0, a[r]);
-            b[r] = _mm256_fmadd_ps(ld8(W, dt, (size_t)r * K + k + 8), x1, b[r]);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        if (prefetch) {
+            const char *pf = (const char *)W + (size_t)k * es + 2048;
+            _mm_prefetch(pf, _MM_HINT_T0);
+            if (es == 4) _mm_prefetch(pf + 64, _MM_HINT_T0);
         }
+        a0 = _mm256_fmadd_ps(ld8(W, dt, (size_t)k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(ld8(W, dt, (size_t)k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(ld8(W, dt, (size_t)k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(ld8(W, dt, (size_t)k + 24), _mm256_loadu_ps(x + k + 24), a3);
     }
-    if (k + 8 <= K) {
-        __m256 x0 = _mm256_loadu_ps(x + k);
-        for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(ld8(W, dt, (size_t)r * K + k), x0, a[r]);
-        k += 8;
-    }
-    for (int r = 0; r < R; r++) {
-        float s = hsum8(_mm256_add_ps(a[r], b[r]));
-        for (int j = k; j < K; j++) s += wscalar(W, dt, (size_t)r * K + j) * x[j];
-        out[r] = s;
-    }
+    if (k + 8 <= K) { a0 = _mm256_fmadd_ps(ld8(W, dt, (size_t)k), _mm256_loadu_ps(x + k), a0); k += 8; }
+    if (k + 8 <= K) { a1 = _mm256_fmadd_ps(ld8(W, dt, (size_t)k), _mm256_loadu_ps(x + k), a1); k += 8; }
+    if (k + 8 <= K) { a2 = _mm256_fmadd_ps(ld8(W, dt, (size_t)k), _mm256_loadu_ps(x + k), a2); k += 8; }
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k < K; k++) s += wscalar(W, dt, (size_t)k) * x[k];
+    return s;
 }
 
 T2I void mv_dt(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K, const float *x,
                long ldx, int n) {
-    size_t es = dt == QC_F32 ? 4 : 2;
-    int r = 0;
-    for (; r + 4 <= rows; r += 4) {
+    const size_t es = dt == QC_F32 ? 4 : 2;
+    for (int r = 0; r < rows; r++) {
         const char *Wr = (const char *)W + (size_t)r * K * es;
-        for (int t = 0; t < n; t++) mv_rows(y + (long)t * ldy + r, Wr, dt, K, x + t * ldx, 4);
-    }
-    for (; r < rows; r++) {
-        const char *Wr = (const char *)W + (size_t)r * K * es;
-        for (int t = 0; t < n; t++) mv_rows(y + (long)t * ldy + r, Wr, dt, K, x + t * ldx, 1);
+        for (int t = 0; t < n; t++) y[(long)t * ldy + r] = mv_row(Wr, dt, K, x + t * ldx, t == 0);
     }
 }
 

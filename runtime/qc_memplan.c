@@ -215,7 +215,12 @@ qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err 
     backend_floats(c, rq->max_tokens, &be);
     acc_scale(&be, "backend (bytes)", 4);
     acc_scale(&be, "backend (count)", (uint64_t)(n_ref + n_opt));
-    if (n_opt) acc_add_u64(&be, "optimized repacked weights", wbytes);
+    if (n_opt) { /* the optimized backend packs the tokens once per matrix: [NT, max K] */
+        const int64_t kmax = max64(max64(c->hidden_size, c->intermediate_size),
+                                   max64((int64_t)c->n_heads * c->head_dim,
+                                         (int64_t)c->lin_n_v_heads * c->lin_v_dim));
+        acc_add(&be, "optimized token pack", rq->max_tokens, kmax, 4, 1);
+    }
 
     /* state */
     acc64 sa = {0, NULL};

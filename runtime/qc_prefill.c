@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------------------------ */
@@ -71,7 +72,8 @@ static qc_status get_pos_int(const cJSON *root, const char *key, const char *pat
     *present = 0;
     if (!it) return QC_OK;
     double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
-    if (!cJSON_IsNumber(it) || v != (double)(long long)v || v < 1 || v > 1 << 30)
+    /* range first: casting an out-of-range double to an integer is undefined behaviour */
+    if (!cJSON_IsNumber(it) || !(v >= 1 && v <= (double)(1 << 30)) || v != floor(v))
         return qc_errf(err, QC_ERR_FORMAT, "%s: %s: expected a positive integer <= 2^30", path,
                        key);
     *out = (int)v;

@@ -778,7 +778,7 @@ START_TEST(test_memplan_9b_refused) {
     qc_status st = qc_memplan_enforce(&rq, "8G", "record", NULL, &err);
     expect_err(st, &err, QC_ERR_OOM, "record: needs", "> limit 8.00 GiB (--max-memory)",
                "weights");
-    /* the optimized backend (a repacked copy) and a no-KV profile need more */
+    /* both backends and a no-KV profile ([32768, V] logits of a recomputation) need more */
     qc_memplan p2;
     rq.backend = "all";
     rq.nokv = 1;
@@ -894,6 +894,13 @@ static int replay_one(const char *target, const uint8_t *d, size_t n) {
         src = dir;
         st = qc_golden_open(dir, &gd, &err);
         if (!st) qc_golden_free(gd);
+    } else if (!strcmp(target, "golden_raw")) { /* a whole (corrupted) golden file */
+        snprintf(dir, sizeof dir, "%s/replay-raw-%d.h5", g_root, (int)getpid());
+        tm_write_file(g_root, dir + strlen(g_root) + 1, d, n);
+        qc_golden *gd = NULL;
+        src = dir;
+        st = qc_golden_open(dir, &gd, &err);
+        if (!st) qc_golden_free(gd);
     } else {
         return 0; /* a target this suite does not know: replayed by ci/fuzz only */
     }
@@ -947,7 +954,7 @@ static const char *watch_child(pid_t pid, char *buf, size_t n) {
 START_TEST(test_fuzz_regressions) {
     static const char *targets[] = {"fuzz_safetensors", "fuzz_config", "fuzz_index",
                                     "fuzz_golden",      "fuzz_policy", "fuzz_tokens",
-                                    "fuzz_profile"};
+                                    "fuzz_profile",     "golden_raw"};
     int replayed = 0, failed = 0;
     char msgs[2048] = "";
     for (size_t t = 0; t < sizeof targets / sizeof targets[0]; t++) {

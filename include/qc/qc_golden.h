@@ -67,6 +67,10 @@ typedef struct {
 qc_status qc_golden_open(const char *path, qc_golden **out, qc_err *err);
 void qc_golden_free(qc_golden *g);
 
+/* 1 once the HDF5 library has faulted (SIGSEGV/SIGBUS) reading a corrupt file: the error was
+ * reported as QC_ERR_HDF5, but the library's state is unusable; leave with _exit(). */
+int qc_golden_hdf5_faulted(void);
+
 /* Write g to path in schema v1 (temp file + rename). g->path and model_dir are ignored. */
 qc_status qc_golden_write(const char *path, const qc_golden *g, qc_err *err);
 

@@ -5,9 +5,10 @@
  *   weights  the weight storage: every tensor of the config in `weight_dtype` (A_log and the
  *            gated-norm weight always F32, as real checkpoints and qc_model_synthetic store
  *            them); mmapped checkpoints are counted too (their pages are touched by a forward);
- *   backend  the backend's private memory for opts.max_tokens tokens: fp32 copies of the small
- *            vectors, the activation scratch, the chunked-DeltaNet scratch ([max_tokens]^2 for
- *            one chunk of max_tokens) and, for "optimized", one repacked copy of the matrices;
+ *   backend  the backend's private memory for opts.max_tokens tokens, per backend: fp32 copies
+ *            of the small vectors, the activation scratch, the chunked-DeltaNet scratch
+ *            ([max_tokens]^2 for one chunk of max_tokens) and, for "optimized", the packed
+ *            tokens [max_tokens, max K] (both backends read the weights in place);
  *   state    qc_state for max_context_len positions (exactly qc_state_bytes' formula);
  *   runner   the prefill controller's own buffers (token history [max_context_len], last
  *            logits [V], and [max_context_len, V] logits for a no-KV-cache profile) and what
