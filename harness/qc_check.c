@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check.h"
+#include "qc/qc_memplan.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -1205,6 +1206,30 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
         c->g = NULL;
         return;
     }
+    /* memory plan: refuse cleanly before the backends, states and captures are allocated */
+    {
+        int ctx = 1;
+        for (int i = 0; i < g->n_cases; i++) {
+            const qc_golden_case *gc = &g->cases[i];
+            int need = gc->start_pos + gc->n_tokens + gc->n_decode;
+            if (sel[i] && need > ctx) ctx = need;
+        }
+        qc_memplan_req rq;
+        qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, "all", ctx, ctx);
+        rq.weight_bytes = qc_model_weight_bytes(model);
+        rq.nokv = 1;
+        rq.n_logit_rows = 2 * ctx;
+        rq.n_hidden_tokens = ctx;
+        rq.n_state_copies = 4;
+        if (qc_memplan_enforce(&rq, c->o->max_memory, path, NULL, &err) != QC_OK) {
+            emit_simple(c, "_model", "-", "-", "memory", QC_VERDICT_ERROR, err.msg, NULL);
+            qc_model_free(model);
+            free(sel);
+            qc_golden_free(g);
+            c->g = NULL;
+            return;
+        }
+    }
     /* model_hash */
     int cfg_ok = cfg_same(&model->cfg, &g->cfg);
     {
@@ -1437,6 +1462,8 @@ static const char check_usage[] =
     "  --threads N           optimized backend threads for the main runs (default 1; the\n"
     "                        threads_bitwise check compares them with 2 threads)\n"
     "  --no-hash-check       do not fail when the model's SHA-256 differs from the golden's\n"
+    "  --max-memory SIZE     refuse (exit 2) when the planned memory exceeds SIZE (e.g. 8G;\n"
+    "                        default: the machine's available memory)\n"
     "  --quiet               print only failures and the summary\n"
     "exit: 0 all passed, 1 a conformance failure, 2 usage / I/O / format error,\n"
     "      3 nothing was checked\n";
@@ -1551,6 +1578,12 @@ static int parse_common(int argc, char **argv, const char *prog, qc_check_opts *
         } else if (qc_argp_is(&a, "--no-hash-check")) {
             st = qc_argp_bool(&a, &err);
             o->no_hash_check = 1;
+        } else if (qc_argp_is(&a, "--max-memory")) {
+            if (!(st = qc_argp_value(&a, &v, &err))) {
+                uint64_t bytes;
+                st = qc_memplan_parse_size(v, "--max-memory", &bytes, &err);
+                o->max_memory = v;
+            }
         } else if (qc_argp_is(&a, "--inject-fault")) {
             if (!(st = qc_argp_value(&a, &v, &err))) st = parse_fault(v, &o->faults, &err);
         } else if (runs && qc_argp_is(&a, "--runs")) {

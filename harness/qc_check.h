@@ -41,6 +41,7 @@ typedef struct {
     int list;                 /* --list: print ids, run nothing */
     int quiet;                /* --quiet: only failures + summary */
     int no_hash_check;        /* --no-hash-check */
+    const char *max_memory;   /* --max-memory SIZE (NULL: the machine's available memory) */
     int has_filter;           /* --filter given */
     regex_t filter;           /* compiled --filter (POSIX extended) */
     int shard_i, shard_n;     /* --shard i/n (1-based i); n = 0: no sharding */
