@@ -343,6 +343,8 @@ T2 static uint32_t k2_stream_read(const void *p, size_t bytes) {
     const char *q = p;
     size_t i = 0;
     for (; i + 128 <= bytes; i += 128) {
+        _mm_prefetch(q + i + 2048, _MM_HINT_T0);
+        _mm_prefetch(q + i + 2048 + 64, _MM_HINT_T0);
         a = _mm256_xor_si256(a, _mm256_loadu_si256((const __m256i *)(q + i)));
         b = _mm256_xor_si256(b, _mm256_loadu_si256((const __m256i *)(q + i + 32)));
         c = _mm256_xor_si256(c, _mm256_loadu_si256((const __m256i *)(q + i + 64)));

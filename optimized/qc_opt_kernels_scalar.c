@@ -4,6 +4,9 @@
  * Plain C loops; every sum runs in index order; a*b+c is a multiply then an add (the project
  * compiles with -ffp-contract=off), so this table differs from the FMA tables by rounding only.
  */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,8 +212,10 @@ const qc_opt_kernels qc_opt_kernels_scalar = {
 int qc_opt_cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    /* F16C through cpuid leaf 1 (ECX bit 29): clang 14 has no __builtin_cpu_supports("f16c") */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return 0;
 #endif
