@@ -256,15 +256,18 @@ int qc_cmd_record(int argc, char **argv) {
     if (a.dn_kernel >= 0) o.dn_kernel = (qc_dn_kernel)a.dn_kernel;
 
     /* Refuse cleanly instead of being killed: weights + backend + state + what we keep. */
+    qc_memplan plan;
+    memset(&plan, 0, sizeof plan);
     {
         qc_memplan_req rq;
         qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, a.backend,
                             prof.max_context_len, max_tokens);
         rq.weight_bytes = qc_model_weight_bytes(model);
-        rq.n_logit_rows = n_tokens + a.n_decode + (mode == QC_MODE_NOKV ? prof.max_context_len : 0);
+        rq.n_logit_rows = n_tokens + a.n_decode;
+        rq.nokv = mode == QC_MODE_NOKV;
         rq.n_hidden_tokens = a.no_hidden ? 0 : n_tokens;
         rq.n_state_copies = a.n_decode > 0 ? 2 : 1;
-        if ((st = qc_memplan_enforce(&rq, a.max_memory, "memory", NULL, &err))) goto done;
+        if ((st = qc_memplan_enforce(&rq, a.max_memory, "memory", &plan, &err))) goto done;
     }
     if ((st = qc_backend_create(a.backend, model, &o, &be, &err))) {
         qc_err_prefix(&err, "--backend %s", a.backend);
@@ -320,6 +323,8 @@ int qc_cmd_record(int argc, char **argv) {
     if (gc.n_decode > 0) printf(" (min top1-top2 margin %.4g)", (double)min_margin);
     printf(", %s, %s\n", qc_cli_profile_str(&prof, pstr, sizeof pstr),
            be->describe ? be->describe(be) : be->name);
+    printf("%s: memory: peak resident %.2f GiB (planned %.2f GiB)\n", PROG,
+           qc_memplan_gib(qc_memplan_peak_rss()), qc_memplan_gib(plan.total));
 
 done:
     if (have_case) qc_case_free(&model->cfg, &gc);
