@@ -25,6 +25,7 @@
 #include "qc/qc_model.h"
 #include "qc/qc_prefill.h"
 #include "qc/qc_runcase.h"
+#include "qc/qc_sha256.h"
 #include "qc_cli_common.h"
 
 #ifndef QC_VERSION
@@ -36,6 +37,9 @@ static const char *PROG = "qwen-conform record";
 static void record_usage(FILE *f) {
     fprintf(f,
             "usage: qwen-conform record --model DIR (--tokens 1,2,3 | --tokens-file F) --out F.h5\n"
+            "       qwen-conform record --synthetic 0.8b|2b|4b|9b [--dtype bf16|f32|f16] [--seed S] ...\n"
+            "                                   (real Qwen3.5 dimensions, seeded random weights made\n"
+            "                                   in memory; model_path \"synthetic:...\" in the output)\n"
             "         [--decode N]              greedy decode steps after the prompt (default 0)\n"
             "         [--history 1,2,3 | --history-file F]  tokens already consumed at positions\n"
             "                                   0..P-1 (the case then starts at start_pos P)\n"
@@ -54,6 +58,9 @@ static void record_usage(FILE *f) {
 /* Parsed command line. */
 typedef struct {
     const char *model;       /* --model DIR */
+    const char *synthetic;   /* --synthetic 0.8b|2b|4b|9b (instead of --model), or NULL */
+    const char *dtype;       /* --dtype bf16|f32|f16 for --synthetic (default bf16) */
+    long seed;               /* --seed for --synthetic (default 1) */
     const char *tokens;      /* --tokens list, or NULL */
     const char *tokens_file; /* --tokens-file F, or NULL */
     const char *history;     /* --history list, or NULL */
@@ -76,6 +83,8 @@ static qc_status parse_args(int argc, char **argv, record_args *a, int *help, qc
     a->backend = "reference";
     a->case_name = "case0";
     a->dn_kernel = -1;
+    a->dtype = "bf16";
+    a->seed = 1;
     qc_cli_profile_init(&a->pf);
     qc_argp p;
     qc_argp_init(&p, PROG, argc, argv);
@@ -87,6 +96,14 @@ static qc_status parse_args(int argc, char **argv, record_args *a, int *help, qc
             return QC_OK;
         } else if (qc_argp_is(&p, "--model")) {
             st = qc_argp_value(&p, &a->model, err);
+        } else if (qc_argp_is(&p, "--synthetic")) {
+            st = qc_argp_value(&p, &a->synthetic, err);
+        } else if (qc_argp_is(&p, "--dtype")) {
+            st = qc_argp_value(&p, &a->dtype, err);
+        } else if (qc_argp_is(&p, "--seed")) {
+            int sd = 0;
+            st = qc_argp_int(&p, 0, 1 << 30, &sd, err);
+            a->seed = sd;
         } else if (qc_argp_is(&p, "--tokens")) {
             st = qc_argp_value(&p, &a->tokens, err);
         } else if (qc_argp_is(&p, "--tokens-file")) {
@@ -135,7 +152,9 @@ static qc_status parse_args(int argc, char **argv, record_args *a, int *help, qc
         }
     }
     if (st) return st;
-    if (!a->model) return qc_errf(err, QC_ERR_ARG, "--model: required (the checkpoint directory)");
+    if (!a->model == !a->synthetic)
+        return qc_errf(err, QC_ERR_ARG,
+                       "--model: give exactly one of --model DIR and --synthetic 0.8b|2b|4b|9b");
     if (!a->tokens == !a->tokens_file)
         return qc_errf(err, QC_ERR_ARG, "--tokens: give exactly one of --tokens and --tokens-file");
     if (a->history && a->history_file)
@@ -230,17 +249,40 @@ int qc_cmd_record(int argc, char **argv) {
     }
 
     /* Config before weights: token ids and the memory plan need only the config. */
-    struct stat sb;
-    if (stat(a.model, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        st = qc_errf(&err, QC_ERR_IO, "%s: model directory: %s", a.model,
-                     stat(a.model, &sb) != 0 ? strerror(errno) : "not a directory");
-        goto done;
-    }
     qc_config cfg;
-    if ((st = qc_config_load(a.model, &cfg, &err))) goto done;
+    qc_dtype syn_dtype = QC_BF16;
+    if (a.synthetic) {
+        if ((st = qc_config_preset(a.synthetic, &cfg, &err))) {
+            qc_err_prefix(&err, "--synthetic");
+            goto done;
+        }
+        if (!strcmp(a.dtype, "bf16")) syn_dtype = QC_BF16;
+        else if (!strcmp(a.dtype, "f32")) syn_dtype = QC_F32;
+        else if (!strcmp(a.dtype, "f16")) syn_dtype = QC_F16;
+        else {
+            st = qc_errf(&err, QC_ERR_ARG, "--dtype: '%s' is not bf16, f32 or f16", a.dtype);
+            goto done;
+        }
+    } else {
+        struct stat sb;
+        if (stat(a.model, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            st = qc_errf(&err, QC_ERR_IO, "%s: model directory: %s", a.model,
+                         stat(a.model, &sb) != 0 ? strerror(errno) : "not a directory");
+            goto done;
+        }
+        if ((st = qc_config_load(a.model, &cfg, &err))) goto done;
+    }
     if ((st = qc_cli_check_tokens(tokens, n_tokens, cfg.vocab_size, tok_src, &err))) goto done;
     if ((st = qc_cli_check_tokens(history, n_history, cfg.vocab_size, hist_src, &err))) goto done;
-    if ((st = qc_model_load(a.model, &model, &err))) goto done;
+    if (a.synthetic) {
+        /* plan before building the weights in memory */
+        qc_memplan_req rq0;
+        qc_memplan_req_init(&rq0, &cfg, syn_dtype, a.backend, prof.max_context_len, 1);
+        if ((st = qc_memplan_enforce(&rq0, a.max_memory, "memory", NULL, &err))) goto done;
+        if ((st = qc_model_synthetic(&cfg, syn_dtype, (uint64_t)a.seed, &model, &err))) goto done;
+    } else if ((st = qc_model_load(a.model, &model, &err))) {
+        goto done;
+    }
 
     qc_backend_opts o;
     qc_backend_opts_default(&o);
@@ -273,7 +315,11 @@ int qc_cmd_record(int argc, char **argv) {
         qc_err_prefix(&err, "--backend %s", a.backend);
         goto done;
     }
-    if ((st = read_config_text(model, &config_text, &err))) goto done;
+    if (a.synthetic) {
+        if ((st = qc_config_to_json(&model->cfg, &config_text, &err))) goto done;
+    } else if ((st = read_config_text(model, &config_text, &err))) {
+        goto done;
+    }
 
     qc_case_input in;
     memset(&in, 0, sizeof in);
@@ -305,10 +351,22 @@ int qc_cmd_record(int argc, char **argv) {
     g.seed = -1;
     char outdir[4096];
     qc_cli_dirname(a.out, outdir, sizeof outdir);
-    if ((st = qc_cli_relpath(model->dir, outdir, g.model_path, sizeof g.model_path, &err)))
-        goto done;
-    snprintf(g.config_sha256, sizeof g.config_sha256, "%s", model->config_sha256);
-    snprintf(g.weights_sha256, sizeof g.weights_sha256, "%s", model->weights_sha256);
+    if (a.synthetic) {
+        /* no files: the config hash is of the config_json written here; the "weights hash"
+         * identifies the generator and its seed (qc_model_synthetic is deterministic) */
+        char ident[160];
+        snprintf(g.model_path, sizeof g.model_path, "synthetic:%s:%s:seed%ld", a.synthetic,
+                 a.dtype, a.seed);
+        snprintf(ident, sizeof ident, "qc_model_synthetic:%s:%s:seed%ld", a.synthetic, a.dtype,
+                 a.seed);
+        qc_sha256_buf_hex(config_text, strlen(config_text), g.config_sha256);
+        qc_sha256_buf_hex(ident, strlen(ident), g.weights_sha256);
+    } else {
+        if ((st = qc_cli_relpath(model->dir, outdir, g.model_path, sizeof g.model_path, &err)))
+            goto done;
+        snprintf(g.config_sha256, sizeof g.config_sha256, "%s", model->config_sha256);
+        snprintf(g.weights_sha256, sizeof g.weights_sha256, "%s", model->weights_sha256);
+    }
     g.config_json = config_text;
     g.cfg = model->cfg;
     g.n_cases = 1;

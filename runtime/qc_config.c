@@ -406,3 +406,51 @@ qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err) {
     return qc_errf(err, QC_ERR_ARG, "unknown model preset \"%s\" (0.8b, 2b, 4b or 9b)",
                    name ? name : "(null)");
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* writing a config back as JSON                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+qc_status qc_config_to_json(const qc_config *c, char **json, qc_err *err) {
+    *json = NULL;
+    cJSON *o = cJSON_CreateObject(), *rp = cJSON_CreateObject(), *lt = cJSON_CreateArray();
+    if (!o || !rp || !lt) goto oom;
+    cJSON_AddStringToObject(o, "model_type", "qwen3_5_text");
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layers);
+    cJSON_AddNumberToObject(o, "num_attention_heads", c->n_heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(o, "linear_num_key_heads", c->lin_n_k_heads);
+    cJSON_AddNumberToObject(o, "linear_num_value_heads", c->lin_n_v_heads);
+    cJSON_AddNumberToObject(o, "linear_key_head_dim", c->lin_k_dim);
+    cJSON_AddNumberToObject(o, "linear_value_head_dim", c->lin_v_dim);
+    cJSON_AddNumberToObject(o, "linear_conv_kernel_dim", c->conv_kernel);
+    cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_eps);
+    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings != 0);
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddBoolToObject(o, "attention_bias", 0);
+    for (int i = 0; i < c->n_layers; i++)
+        cJSON_AddItemToArray(lt, cJSON_CreateString(c->layer_types[i] == QC_LAYER_FULL
+                                                        ? "full_attention"
+                                                        : "linear_attention"));
+    cJSON_AddItemToObject(o, "layer_types", lt);
+    lt = NULL;
+    cJSON_AddStringToObject(rp, "rope_type", "default");
+    cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(rp, "partial_rotary_factor", c->partial_rotary_factor);
+    cJSON_AddItemToObject(o, "rope_parameters", rp);
+    rp = NULL;
+    *json = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!*json) return qc_errf(err, QC_ERR_OOM, "config: out of memory writing JSON");
+    return QC_OK;
+oom:
+    cJSON_Delete(o);
+    cJSON_Delete(rp);
+    cJSON_Delete(lt);
+    return qc_errf(err, QC_ERR_OOM, "config: out of memory writing JSON");
+}

@@ -53,6 +53,10 @@ qc_status qc_config_parse(const char *json, size_t len, const char *path, qc_con
 /* Read DIR/config.json and parse it. */
 qc_status qc_config_load(const char *model_dir, qc_config *cfg, qc_err *err);
 
+/* A flat Hugging Face text config.json for cfg (qc_config_parse reads it back to the same
+ * config). *json is malloc'd; free it. */
+qc_status qc_config_to_json(const qc_config *cfg, char **json, qc_err *err);
+
 /* The real Qwen3.5 dimensions: name is "0.8b", "2b", "4b" or "9b". */
 qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err);
 

@@ -207,6 +207,31 @@ if [ -s "$OUT/keep.h5" ]; then
     || bad "a failed record changed an existing output"
 fi
 
+# ---- --synthetic: real 0.8b dimensions, weights made in memory -----------------------------
+if "$QC" record --synthetic 0.8b --backend optimized --tokens 5,6 --decode 1 --dynamic \
+     --out "$OUT/syn.h5" >"$TMP/stdout" 2>"$TMP/stderr"; then
+  ok "record --synthetic 0.8b exits 0"
+  grep -q "memory: peak resident" "$TMP/stdout" && ok "record reports its peak memory" \
+    || bad "record --synthetic: no peak memory line: $(cat "$TMP/stdout")"
+  "$QC" inspect "$OUT/syn.h5" >"$TMP/inspect" 2>&1
+  grep -q "model_path: *synthetic:0.8b:bf16:seed1" "$TMP/inspect" &&
+    grep -q "24 layers (18 linear, 6 full" "$TMP/inspect" &&
+    grep -q "vocab 248320" "$TMP/inspect" \
+    && ok "the synthetic golden records the 0.8b config" || bad "synthetic inspect: $(head -20 "$TMP/inspect")"
+else
+  bad "record --synthetic 0.8b exits $?: $(cat "$TMP/stderr")"
+fi
+"$QC" record --synthetic 7b --tokens 1 --out "$OUT/bad.h5" >/dev/null 2>"$TMP/stderr"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--synthetic" "$TMP/stderr" && [ ! -e "$OUT/bad.h5" ] \
+  && ok "record --synthetic 7b: exit 2 naming --synthetic" || bad "record --synthetic 7b: exit $rc $(cat "$TMP/stderr")"
+"$QC" record --synthetic 0.8b --model "$MODEL" --tokens 1 --out "$OUT/bad.h5" >/dev/null 2>"$TMP/stderr"
+rc=$?
+[ "$rc" = 2 ] && [ ! -e "$OUT/bad.h5" ] && ok "--model with --synthetic: exit 2" || bad "--model with --synthetic: exit $rc"
+"$QC" record --synthetic 0.8b --dtype q4 --tokens 1 --out "$OUT/bad.h5" >/dev/null 2>"$TMP/stderr"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--dtype" "$TMP/stderr" && ok "--dtype q4: exit 2" || bad "--dtype q4: exit $rc"
+
 # ---- inspect on bad files ---------------------------------------------------------------
 echo "not hdf5" >"$TMP/text.h5"
 "$QC" inspect "$TMP/text.h5" >/dev/null 2>"$TMP/stderr"
