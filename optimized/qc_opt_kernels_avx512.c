@@ -206,68 +206,10 @@ T512I float mv_row(const void *W, qc_dtype dt, int K, const float *x, int prefet
     return s;
 }
 
-/* R rows x one token at once (R concurrent streams): each row's arithmetic is exactly
- * mv_row's (same four accumulators, same 16-element blocks, reduction and tail). */
-#define MV_BLK(j, off, acc)                                                                   \
-    acc[j] = _mm512_fmadd_ps(ld16(Wr[j], dt, (size_t)k + (off)), _mm512_loadu_ps(x + k + (off)), acc[j])
-T512I void mv_rows(float *y, const void *W, qc_dtype dt, int R, int K, const float *x, int pf) {
-    const size_t es = dt == QC_F32 ? 4 : 2;
-    const char *Wr[4];
-    __m512 a0[4], a1[4], a2[4], a3[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < R; j++) {
-        Wr[j] = (const char *)W + (size_t)j * K * es;
-        a0[j] = a1[j] = a2[j] = a3[j] = _mm512_setzero_ps();
-    }
-    int k = 0;
-    for (; k + 64 <= K; k += 64) {
-#pragma GCC unroll 4
-        for (int j = 0; j < R; j++) {
-            if (pf) {
-                const char *p = Wr[j] + (size_t)k * es + pf;
-                _mm_prefetch(p, _MM_HINT_T0);
-                _mm_prefetch(p + 64, _MM_HINT_T0);
-                if (es == 4) {
-                    _mm_prefetch(p + 128, _MM_HINT_T0);
-                    _mm_prefetch(p + 192, _MM_HINT_T0);
-                }
-            }
-            MV_BLK(j, 0, a0);
-            MV_BLK(j, 16, a1);
-            MV_BLK(j, 32, a2);
-            MV_BLK(j, 48, a3);
-        }
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < R; j++) {
-        int kk = k;
-        if (kk + 16 <= K) { a0[j] = _mm512_fmadd_ps(ld16(Wr[j], dt, (size_t)kk), _mm512_loadu_ps(x + kk), a0[j]); kk += 16; }
-        if (kk + 16 <= K) { a1[j] = _mm512_fmadd_ps(ld16(Wr[j], dt, (size_t)kk), _mm512_loadu_ps(x + kk), a1[j]); kk += 16; }
-        if (kk + 16 <= K) { a2[j] = _mm512_fmadd_ps(ld16(Wr[j], dt, (size_t)kk), _mm512_loadu_ps(x + kk), a2[j]); kk += 16; }
-        float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0[j], a1[j]), _mm512_add_ps(a2[j], a3[j])));
-        for (; kk < K; kk++) s += wscalar(Wr[j], dt, (size_t)kk) * x[kk];
-        y[j] = s;
-    }
-}
-#undef MV_BLK
-
-#include <stdlib.h>
-static int g_mv_r = -1, g_mv_pd = -1;
-
 T512I void mv_dt(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K,
                  const float *x, long ldx, int n) {
     const size_t es = dt == QC_F32 ? 4 : 2;
-    int r = 0;
-    if (n == 1) {
-        const int R = g_mv_r, pd = g_mv_pd;
-        if (R == 4)
-            for (; r + 4 <= rows; r += 4) mv_rows(y + r, (const char *)W + (size_t)r * K * es, dt, 4, K, x, pd);
-        else if (R == 2)
-            for (; r + 2 <= rows; r += 2) mv_rows(y + r, (const char *)W + (size_t)r * K * es, dt, 2, K, x, pd);
-        else if (R == 3)
-            for (; r + 3 <= rows; r += 3) mv_rows(y + r, (const char *)W + (size_t)r * K * es, dt, 3, K, x, pd);
-    }
-    for (; r < rows; r++) {
+    for (int r = 0; r < rows; r++) {
         const char *Wr = (const char *)W + (size_t)r * K * es;
         for (int t = 0; t < n; t++) y[(long)t * ldy + r] = mv_row(Wr, dt, K, x + t * ldx, t == 0);
     }
@@ -275,11 +217,6 @@ T512I void mv_dt(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K
 
 T512 static void k5_matvec(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K,
                            const float *x, long ldx, int n) {
-    if (g_mv_r < 0) {
-        const char *e = getenv("QC_MV_R"), *f = getenv("QC_MV_PD");
-        g_mv_pd = f ? atoi(f) : MV_PD;
-        g_mv_r = e ? atoi(e) : 1;
-    }
     switch (dt) {
     case QC_BF16: mv_dt(y, ldy, W, QC_BF16, rows, K, x, ldx, n); break;
     case QC_F16: mv_dt(y, ldy, W, QC_F16, rows, K, x, ldx, n); break;
