@@ -11,6 +11,10 @@ enum {
     QC_EXIT_NOTHING = 3  /* nothing was checked (an empty directory never passes) */
 };
 
+/* The commit this binary was built from (`git describe --always --dirty`, at build time);
+ * the QC_GIT_COMMIT macro expands to this call. */
+const char *qc_git_commit(void);
+
 int qc_cmd_check(int argc, char **argv);     /* qwen-conform [check] --golden DIR|FILE ... */
 int qc_cmd_record(int argc, char **argv);    /* qwen-conform record --model DIR ... --out F.h5 */
 int qc_cmd_inspect(int argc, char **argv);   /* qwen-conform inspect F.h5 */
