@@ -40,6 +40,7 @@
 #include "../optimized/qc_opt_kernels.h"
 #include "qc/qc_backend.h"
 #include "qc/qc_cli.h"
+#include "qc/qc_memplan.h"
 #include "qc/qc_config.h"
 #include "qc/qc_model.h"
 #include "qc/qc_prefill.h"
@@ -80,6 +81,7 @@ typedef struct {
     int n_backends;
     long seed;               /* synthetic weights seed */
     const char *json, *markdown, *svg, *baseline;
+    const char *max_memory;   /* --max-memory SIZE, or NULL (available memory) */
     double max_regression;   /* percent */
 } bench_opts;
 
@@ -599,7 +601,9 @@ static const char bench_usage[] =
     "  --backends LIST          comma list (default optimized,reference)\n"
     "  --seed S                 synthetic weights seed (default 1)\n"
     "  --json F  --markdown F  --svg F   report files (written atomically)\n"
-    "  --baseline F.json --max-regression PCT   exit 1 if a metric is > PCT% slower (default 10)\n";
+    "  --baseline F.json --max-regression PCT   exit 1 if a metric is > PCT% slower (default 10)\n"
+    "  --max-memory SIZE        refuse (exit 2) when the planned memory exceeds SIZE\n"
+    "                           (default: the machine's available memory)\n";
 
 static qc_status parse_args(int argc, char **argv, bench_opts *o, int *help, qc_err *err) {
     memset(o, 0, sizeof *o);
@@ -644,6 +648,11 @@ static qc_status parse_args(int argc, char **argv, bench_opts *o, int *help, qc_
         else if (qc_argp_is(&a, "--markdown")) s = qc_argp_value(&a, &o->markdown, err);
         else if (qc_argp_is(&a, "--svg")) s = qc_argp_value(&a, &o->svg, err);
         else if (qc_argp_is(&a, "--baseline")) s = qc_argp_value(&a, &o->baseline, err);
+        else if (qc_argp_is(&a, "--max-memory")) {
+            uint64_t bytes;
+            if (!(s = qc_argp_value(&a, &o->max_memory, err)))
+                s = qc_memplan_parse_size(o->max_memory, "--max-memory", &bytes, err);
+        }
         else if (qc_argp_is(&a, "--max-regression")) {
             if (!(s = qc_argp_value(&a, &v, err))) {
                 char *end = NULL;
@@ -697,6 +706,13 @@ int qc_cmd_bench(int argc, char **argv) {
     if (o.synthetic) {
         qc_config cfg;
         if ((s = qc_config_preset(o.synthetic, &cfg, &err))) return qc_cli_fail(PROG, &err);
+        /* refuse cleanly before building the weights: both backends, the longest run */
+        int ctx = o.prompt + o.decode, mt = o.max_seq_len > o.prompt ? o.prompt : o.max_seq_len;
+        qc_memplan_req rq;
+        qc_memplan_req_init(&rq, &cfg, o.dtype, "all", ctx, mt);
+        rq.n_logit_rows = 1;
+        if ((s = qc_memplan_enforce(&rq, o.max_memory, "memory", NULL, &err)))
+            return qc_cli_fail(PROG, &err);
         fprintf(stderr, "%s: building synthetic %s (%s) ...\n", PROG, o.synthetic, qc_dtype_str(o.dtype));
         if ((s = qc_model_synthetic(&cfg, o.dtype, (uint64_t)o.seed, &m, &err))) return qc_cli_fail(PROG, &err);
         snprintf(R.model_name, sizeof R.model_name, "synthetic %s", o.synthetic);

@@ -136,6 +136,13 @@ rc=$?
 "$QC" bench "${ARGS[@]}" --json "$TMP/no/such/dir/b.json" >"$TMP/stdout" 2>"$TMP/stderr"
 rc=$?
 [ $rc = 2 ] && ok "unwritable --json exits 2 before running" || bad "unwritable json: exit $rc"
+"$QC" bench --synthetic 9b --max-memory 8G >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q "needs .* GiB > limit 8.00 GiB (--max-memory)" "$TMP/stderr" \
+  && ok "9b over --max-memory 8G is refused before allocating (exit 2)" || bad "9b --max-memory 8G: exit $rc $(cat "$TMP/stderr")"
+"$QC" bench --synthetic 0.8b --max-memory lots >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q -- "--max-memory: 'lots'" "$TMP/stderr" && ok "bad --max-memory exits 2" || bad "bad --max-memory: exit $rc"
 "$QC" bench --help >"$TMP/stdout" 2>&1 && grep -q -- '--max-regression' "$TMP/stdout" && ok "--help" || bad "--help"
 
 echo "# $pass passed, $fail failed"
