@@ -181,37 +181,60 @@ static int guarded_vl_read(hid_t a, hid_t mt, char **vl) {
     return rc;
 }
 
-/* Read a string attribute `name` of obj (whose path is objpath, for messages) into a malloc'd
- * string. *out = NULL and QC_OK when absent and !required. */
-static qc_status attr_string(const rd_ctx *c, hid_t obj, const char *objpath, const char *name,
-                             int required, char **out) {
+/* Open attribute `name` of obj (path objpath, for messages) and check that it is a scalar of
+ * class `cls` ("not <cls_what>" / "not <scalar_what>" otherwise). *a and *ft are left
+ * H5I_INVALID_HID and QC_OK returned when the attribute is absent and !required; on success
+ * the caller closes both. */
+static qc_status attr_open_scalar(const rd_ctx *c, hid_t obj, const char *objpath,
+                                  const char *name, int required, H5T_class_t cls,
+                                  const char *cls_what, const char *scalar_what, hid_t *a,
+                                  hid_t *ft) {
     qc_status st = QC_OK;
-    hid_t a = H5I_INVALID_HID, ft = H5I_INVALID_HID, mt = H5I_INVALID_HID,
-          sp = H5I_INVALID_HID;
-    char *vl = NULL;
+    hid_t sp = H5I_INVALID_HID;
     char h5msg[300];
     const char *sep = strcmp(objpath, "/") == 0 ? "" : "/";
-    *out = NULL;
+    *a = *ft = H5I_INVALID_HID;
     if (H5Aexists(obj, name) <= 0) {
         if (!required) return QC_OK;
         return qc_errf(c->err, QC_ERR_MISSING, "%s: %s%s%s: missing attribute", c->file, objpath,
                        sep, name);
     }
-    a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) goto h5fail;
-    ft = H5Aget_type(a);
-    sp = H5Aget_space(a);
-    if (ft < 0 || sp < 0) goto h5fail;
-    if (H5Tget_class(ft) != H5T_STRING) {
-        st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s%s%s: not a string attribute", c->file,
-                     objpath, sep, name);
-        goto done;
+    *a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (*a < 0) goto h5fail;
+    *ft = H5Aget_type(*a);
+    sp = H5Aget_space(*a);
+    if (*ft < 0 || sp < 0) goto h5fail;
+    if (H5Tget_class(*ft) != cls)
+        st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s%s%s: not %s", c->file, objpath, sep, name,
+                     cls_what);
+    else if (H5Sget_simple_extent_npoints(sp) != 1)
+        st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s%s%s: not %s", c->file, objpath, sep, name,
+                     scalar_what);
+    goto done;
+h5fail:
+    st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s%s%s: cannot read: %s", c->file, objpath, sep, name,
+                 h5_errdesc(h5msg, sizeof h5msg));
+done:
+    CLOSE_S(sp);
+    if (st) {
+        CLOSE_T(*ft);
+        CLOSE_A(*a);
     }
-    if (H5Sget_simple_extent_npoints(sp) != 1) {
-        st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s%s%s: not a scalar string", c->file, objpath,
-                     sep, name);
-        goto done;
-    }
+    return st;
+}
+
+/* Read a string attribute `name` of obj (whose path is objpath, for messages) into a malloc'd
+ * string. *out = NULL and QC_OK when absent and !required. */
+static qc_status attr_string(const rd_ctx *c, hid_t obj, const char *objpath, const char *name,
+                             int required, char **out) {
+    hid_t a, ft, mt = H5I_INVALID_HID;
+    char *vl = NULL;
+    char h5msg[300];
+    const char *sep = strcmp(objpath, "/") == 0 ? "" : "/";
+    *out = NULL;
+    qc_status st = attr_open_scalar(c, obj, objpath, name, required, H5T_STRING,
+                                    "a string attribute", "a scalar string", &a, &ft);
+    if (st || a < 0) return st;
     htri_t is_vl = H5Tis_variable_str(ft);
     if (is_vl < 0) goto h5fail;
     mt = H5Tcopy(H5T_C_S1);
@@ -258,7 +281,6 @@ h5fail:
 done:
     CLOSE_T(mt);
     CLOSE_T(ft);
-    CLOSE_S(sp);
     CLOSE_A(a);
     return st;
 }
@@ -286,31 +308,13 @@ static qc_status attr_string_buf(const rd_ctx *c, hid_t obj, const char *objpath
  * and !required. */
 static qc_status attr_int(const rd_ctx *c, hid_t obj, const char *objpath, const char *name,
                           int required, int64_t *out, int *present) {
-    qc_status st = QC_OK;
-    hid_t a = H5I_INVALID_HID, ft = H5I_INVALID_HID, sp = H5I_INVALID_HID;
+    hid_t a, ft;
     char h5msg[300];
     const char *sep = strcmp(objpath, "/") == 0 ? "" : "/";
     if (present) *present = 0;
-    if (H5Aexists(obj, name) <= 0) {
-        if (!required) return QC_OK;
-        return qc_errf(c->err, QC_ERR_MISSING, "%s: %s%s%s: missing attribute", c->file, objpath,
-                       sep, name);
-    }
-    a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) goto h5fail;
-    ft = H5Aget_type(a);
-    sp = H5Aget_space(a);
-    if (ft < 0 || sp < 0) goto h5fail;
-    if (H5Tget_class(ft) != H5T_INTEGER) {
-        st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s%s%s: not an integer attribute", c->file,
-                     objpath, sep, name);
-        goto done;
-    }
-    if (H5Sget_simple_extent_npoints(sp) != 1) {
-        st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s%s%s: not a scalar", c->file, objpath, sep,
-                     name);
-        goto done;
-    }
+    qc_status st = attr_open_scalar(c, obj, objpath, name, required, H5T_INTEGER,
+                                    "an integer attribute", "a scalar", &a, &ft);
+    if (st || a < 0) return st;
     int64_t v = 0;
     if (H5Aread(a, H5T_NATIVE_INT64, &v) < 0) goto h5fail;
     *out = v;
@@ -321,7 +325,6 @@ h5fail:
                  h5_errdesc(h5msg, sizeof h5msg));
 done:
     CLOSE_T(ft);
-    CLOSE_S(sp);
     CLOSE_A(a);
     return st;
 }
