@@ -836,12 +836,12 @@ static int mode_selected(ctx *c, const char *case_name, const char *backend, qc_
 }
 
 static void vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
-                             const char *backend, qc_mode mode, const char *loc) {
+                             const char *backend, const char *mode, const char *dump_file,
+                             const char *loc) {
     const qc_config *cfg = c->cfg;
     const int V = cfg->vocab_size;
-    cmp_spec s = {.case_name = gc->name, .backend = backend, .mode = qc_mode_str(mode),
-                  .vs_golden = 1, .loc_text = loc,
-                  .dump_file = c->dump_path[backend_index(backend)][mode]};
+    cmp_spec s = {.case_name = gc->name, .backend = backend, .mode = mode,
+                  .vs_golden = 1, .loc_text = loc, .dump_file = dump_file};
     partlist *pl = calloc(1, sizeof *pl);
     if (!pl) return;
     qc_tdesc d;
@@ -866,7 +866,7 @@ static void vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_c
         qc_metrics_finish(&m);
         long hard = m.rows - m.top1_agree - m.top1_near_tie;
         qc_check_row row;
-        row_init(&row, c->stem, gc->name, backend, qc_mode_str(mode), "argmax");
+        row_init(&row, c->stem, gc->name, backend, mode, "argmax");
         row.verdict = hard == 0 ? QC_VERDICT_PASS : QC_VERDICT_FAIL;
         snprintf(row.keyline, sizeof row.keyline, "top1 %ld/%ld rows agree (%ld near-tie flips, "
                  "tie margin %g)", m.top1_agree, m.rows, m.top1_near_tie,
@@ -972,7 +972,7 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
             if (!want_hidden || strstr(loc, "unknown") || strstr(loc, "none (")) 
                 state_localisation(c, act, gc, bname, mname, loc, sizeof loc);
             free(hc.hidden), free(hc.seen);
-            vs_golden_checks(c, gc, act, bname, mode, loc[0] ? loc : NULL);
+            vs_golden_checks(c, gc, act, bname, mname, c->dump_path[bi][mi], loc[0] ? loc : NULL);
 
             check_garbage_and_slots(c, be, gc, mode, act);
 
@@ -1706,6 +1706,167 @@ int qc_cmd_check(int argc, char **argv) {
     qc_results_free(&res);
     qc_policy_free(pol);
     opts_free(&o);
+    return rc;
+}
+
+/* ===================================================================================== */
+/* command line: qwen-conform diff GOLDEN.h5 ACTUAL.h5                                   */
+/* ===================================================================================== */
+
+/* The checks of one case whose actual results come from a file (another runtime's output
+ * in the golden layout) instead of one of our backends. */
+static void diff_case(ctx *c, const char *label, const qc_golden_case *gc,
+                      const qc_golden_case *act) {
+    const qc_config *cfg = c->cfg;
+    const int L = cfg->n_layers, T = gc->n_tokens, H = cfg->hidden_size;
+    /* the actual run must have been fed exactly the golden's inputs */
+    int same = act->start_pos == gc->start_pos && act->n_tokens == T &&
+               act->n_history == gc->n_history && act->n_decode == gc->n_decode &&
+               !memcmp(act->tokens, gc->tokens, (size_t)T * sizeof(int32_t)) &&
+               (gc->n_history == 0 ||
+                !memcmp(act->history, gc->history, (size_t)gc->n_history * sizeof(int32_t))) &&
+               (gc->n_decode == 0 || !memcmp(act->decode_tokens, gc->decode_tokens,
+                                             (size_t)gc->n_decode * sizeof(int32_t)));
+    if (!same) {
+        emit_simple(c, gc->name, label, "file", "inputs", QC_VERDICT_ERROR,
+                    "the actual case was not run on the golden's inputs (start_pos, history, "
+                    "tokens and teacher-forced decode tokens must be identical)", NULL);
+        return;
+    }
+    char loc[4096] = "";
+    cmp_spec base = {.case_name = gc->name, .backend = label, .mode = "file", .vs_golden = 1};
+    int hidden = gc->prefill_hidden && act->prefill_hidden;
+    unsigned char *seen = NULL;
+    if (hidden && (seen = malloc((size_t)(L + 1) * T)) != NULL) {
+        memset(seen, 1, (size_t)(L + 1) * T);
+        hcap hc = {.hidden = act->prefill_hidden, .seen = seen, .L1 = L + 1, .T = T, .H = H,
+                   .lo = gc->start_pos};
+        check_hidden(c, &base, gc, &hc, loc, sizeof loc);
+        free(seen);
+    } else if (gc->prefill_hidden) {
+        emit_simple(c, gc->name, label, "file", "prefill.hidden", QC_VERDICT_SKIP,
+                    "the actual file has no prefill/hidden", NULL);
+    }
+    if (!hidden || strstr(loc, "unknown") || strstr(loc, "none ("))
+        state_localisation(c, act, gc, label, "file", loc, sizeof loc);
+    vs_golden_checks(c, gc, act, label, "file", "", loc[0] ? loc : NULL);
+}
+
+static const char diff_usage[] =
+    "usage: qwen-conform diff GOLDEN.h5 ACTUAL.h5 [options]\n"
+    "  Compares ACTUAL.h5 — any runtime's output written in the golden layout (golden/SCHEMA.md;\n"
+    "  e.g. by `qwen-conform record`, or by your own runtime) — with GOLDEN.h5, case by case:\n"
+    "  logits, argmax, hidden states (first divergent layer), state buffers, decode logits.\n"
+    "  --policy F.json   tolerance policy (default: tolerances.json beside GOLDEN.h5 or its\n"
+    "                    parent directory, else built-in)\n"
+    "  --label NAME      the name of the runtime in reports (default \"actual\")\n"
+    "  --json F  --junit F  --quiet   as for check\n"
+    "  Cases are matched by name; a golden case absent from ACTUAL.h5 is reported as skipped.\n"
+    "exit: 0 all passed, 1 a conformance failure, 2 usage / I/O / format error (incl. a case\n"
+    "      run on other inputs than the golden's), 3 no case in common\n";
+
+int qc_cmd_diff(int argc, char **argv) {
+    const char *prog = "qwen-conform diff";
+    qc_err err;
+    qc_err_clear(&err);
+    qc_check_opts o;
+    opts_init(&o);
+    const char *files[2] = {NULL, NULL}, *label = "actual";
+    int nfiles = 0;
+    qc_argp a;
+    qc_argp_init(&a, prog, argc, argv);
+    qc_status st = QC_OK;
+    while (!st && qc_argp_next(&a)) {
+        if (a.positional) {
+            if (nfiles < 2) files[nfiles++] = a.arg;
+            else st = qc_argp_unknown(&a, &err);
+        } else if (qc_argp_is(&a, "--help") || qc_argp_is(&a, "-h")) {
+            fputs(diff_usage, stdout);
+            return QC_EXIT_PASS;
+        } else if (qc_argp_is(&a, "--policy")) st = qc_argp_value(&a, &o.policy_path, &err);
+        else if (qc_argp_is(&a, "--label")) st = qc_argp_value(&a, &label, &err);
+        else if (qc_argp_is(&a, "--json")) st = qc_argp_value(&a, &o.json_path, &err);
+        else if (qc_argp_is(&a, "--junit")) st = qc_argp_value(&a, &o.junit_path, &err);
+        else if (qc_argp_is(&a, "--quiet") || qc_argp_is(&a, "-q")) {
+            st = qc_argp_bool(&a, &err);
+            o.quiet = 1;
+        } else st = qc_argp_unknown(&a, &err);
+    }
+    if (!st && nfiles != 2)
+        st = qc_errf(&err, QC_ERR_ARG, "expected two files: GOLDEN.h5 ACTUAL.h5");
+    if (!st && o.json_path) st = qc_cli_check_writable(o.json_path, &err);
+    if (!st && o.junit_path) st = qc_cli_check_writable(o.junit_path, &err);
+    if (st) {
+        int rc = qc_cli_fail(prog, &err);
+        fputs(diff_usage, stderr);
+        return rc;
+    }
+    o.golden = files[0];
+    qc_policy *pol = NULL;
+    if (load_policy(&o, &pol, &err)) return qc_cli_fail(prog, &err);
+    qc_golden *g = NULL, *act = NULL;
+    if (qc_golden_open(files[0], &g, &err) || qc_golden_open(files[1], &act, &err)) {
+        qc_golden_free(g);
+        qc_policy_free(pol);
+        return qc_cli_fail(prog, &err);
+    }
+    int rc = QC_EXIT_PASS;
+    if (!cfg_same(&g->cfg, &act->cfg)) {
+        qc_errf(&err, QC_ERR_FORMAT, "%s: config_json differs from %s's: not the same model",
+                files[1], files[0]);
+        rc = qc_cli_fail(prog, &err);
+        goto out;
+    }
+    qc_results res;
+    qc_results_init(&res);
+    qc_results_fill_provenance(&res);
+    snprintf(res.tool_version, sizeof res.tool_version, "%s (%s)", QC_VERSION, QC_GIT_COMMIT);
+    snprintf(res.policy, sizeof res.policy, "%s", qc_policy_source(pol));
+    ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = &o;
+    c.pol = pol;
+    c.res = &res;
+    c.g = g;
+    c.cfg = &g->cfg;
+    char stem[128];
+    make_stem(files[0], files[0], stem, sizeof stem);
+    c.stem = stem;
+    double t0 = wall();
+    if (!o.quiet) fprintf(stderr, "qwen-conform %s: policy %s\n", res.tool_version, res.policy);
+    qc_report_console_header(stdout);
+    int common = 0;
+    for (int i = 0; i < g->n_cases; i++) {
+        const qc_golden_case *gc = &g->cases[i], *ac = NULL;
+        for (int j = 0; j < act->n_cases && !ac; j++)
+            if (!strcmp(act->cases[j].name, gc->name)) ac = &act->cases[j];
+        c.t_row = wall();
+        if (!ac) { /* reported (a skipped row per case), so missing coverage stays visible */
+            emit_simple(&c, gc->name, label, "file", "present", QC_VERDICT_SKIP,
+                        "the case is not in the actual file", NULL);
+            continue;
+        }
+        common++;
+        diff_case(&c, label, gc, ac);
+    }
+    res.seconds = wall() - t0;
+    qc_report_console_failures(stdout, &res);
+    qc_report_console_summary(stdout, &res);
+    if (o.json_path && qc_report_json_write(o.json_path, &res, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        res.n_error++;
+    }
+    if (o.junit_path && qc_report_junit_write(o.junit_path, &res, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        res.n_error++;
+    }
+    rc = res.n_error ? QC_EXIT_ERROR : res.n_fail ? QC_EXIT_FAIL
+         : common == 0 ? QC_EXIT_NOTHING : QC_EXIT_PASS;
+    qc_results_free(&res);
+out:
+    qc_golden_free(act);
+    qc_golden_free(g);
+    qc_policy_free(pol);
     return rc;
 }
 

@@ -41,6 +41,9 @@ static void record_usage(FILE *f) {
             "                                   (real Qwen3.5 dimensions, seeded random weights made\n"
             "                                   in memory; model_path \"synthetic:...\" in the output)\n"
             "         [--decode N]              greedy decode steps after the prompt (default 0)\n"
+            "         [--decode-tokens 1,2,3]   teacher-forced decode: feed these tokens instead\n"
+            "                                   of the greedy choices (sets N; e.g. a golden's\n"
+            "                                   decode/tokens, for `qwen-conform diff`)\n"
             "         [--history 1,2,3 | --history-file F]  tokens already consumed at positions\n"
             "                                   0..P-1 (the case then starts at start_pos P)\n"
             "         [--backend reference|optimized] [--threads T]\n"
@@ -65,6 +68,7 @@ typedef struct {
     const char *tokens_file; /* --tokens-file F, or NULL */
     const char *history;     /* --history list, or NULL */
     const char *history_file; /* --history-file F, or NULL */
+    const char *decode_tokens; /* --decode-tokens list (teacher-forced decode), or NULL */
     const char *out;         /* --out F.h5 */
     const char *backend;     /* --backend (default "reference") */
     const char *case_name;   /* --case (default "case0") */
@@ -110,6 +114,8 @@ static qc_status parse_args(int argc, char **argv, record_args *a, int *help, qc
             st = qc_argp_value(&p, &a->tokens_file, err);
         } else if (qc_argp_is(&p, "--history")) {
             st = qc_argp_value(&p, &a->history, err);
+        } else if (qc_argp_is(&p, "--decode-tokens")) {
+            st = qc_argp_value(&p, &a->decode_tokens, err);
         } else if (qc_argp_is(&p, "--history-file")) {
             st = qc_argp_value(&p, &a->history_file, err);
         } else if (qc_argp_is(&p, "--out")) {
@@ -197,8 +203,8 @@ int qc_cmd_record(int argc, char **argv) {
         return rc;
     }
 
-    int32_t *tokens = NULL, *history = NULL;
-    int n_tokens = 0, n_history = 0;
+    int32_t *tokens = NULL, *history = NULL, *forced = NULL;
+    int n_tokens = 0, n_history = 0, n_forced = 0;
     qc_model *model = NULL;
     qc_backend *be = NULL;
     char *config_text = NULL;
@@ -226,6 +232,16 @@ int qc_cmd_record(int argc, char **argv) {
             st = qc_errf(&err, QC_ERR_ARG, "%s: empty history (no token ids)", hist_src);
             goto done;
         }
+    }
+    if (a.decode_tokens) {
+        if ((st = qc_cli_parse_tokens(a.decode_tokens, "--decode-tokens", &forced, &n_forced,
+                                      &err)))
+            goto done;
+        if (n_forced == 0) {
+            st = qc_errf(&err, QC_ERR_ARG, "--decode-tokens: empty list");
+            goto done;
+        }
+        a.n_decode = n_forced;
     }
     qc_profile prof;
     int ctx_given = 0;
@@ -274,6 +290,8 @@ int qc_cmd_record(int argc, char **argv) {
     }
     if ((st = qc_cli_check_tokens(tokens, n_tokens, cfg.vocab_size, tok_src, &err))) goto done;
     if ((st = qc_cli_check_tokens(history, n_history, cfg.vocab_size, hist_src, &err))) goto done;
+    if ((st = qc_cli_check_tokens(forced, n_forced, cfg.vocab_size, "--decode-tokens", &err)))
+        goto done;
     if (a.synthetic) {
         /* plan before building the weights in memory */
         qc_memplan_req rq0;
@@ -328,6 +346,7 @@ int qc_cmd_record(int argc, char **argv) {
     in.tokens = tokens;
     in.n_tokens = n_tokens;
     in.n_decode = a.n_decode;
+    in.forced = forced;
     in.capture_hidden = !a.no_hidden;
     if ((st = qc_run_case(be, &prof, a.case_name, &in, &gc, &err))) goto done;
     have_case = 1;
@@ -391,6 +410,7 @@ done:
     qc_model_free(model);
     free(tokens);
     free(history);
+    free(forced);
     if (st) return qc_cli_fail(PROG, &err);
     return QC_EXIT_PASS;
 }

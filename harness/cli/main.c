@@ -1,7 +1,7 @@
 /* main.c — the `qwen-conform` dispatcher.
  *
  *   qwen-conform [check] --golden DIR|FILE ...   conformance check (the default command)
- *   qwen-conform record | inspect | calibrate | bench ...
+ *   qwen-conform record | inspect | diff | calibrate | bench ...
  *   qwen-conform --version | --help
  */
 #include <stdio.h>
@@ -18,6 +18,7 @@ static const char usage[] =
     "usage: qwen-conform [check] --golden DIR|FILE [options]   check a runtime against goldens\n"
     "       qwen-conform record --model DIR --tokens 1,2,3 [--decode N] --out F.h5\n"
     "       qwen-conform inspect F.h5            provenance and coverage of a golden file\n"
+    "       qwen-conform diff GOLDEN.h5 ACTUAL.h5  check another runtime's output (golden layout)\n"
     "       qwen-conform calibrate --golden DIR  measure noise, suggest a tolerance policy\n"
     "       qwen-conform bench ...               performance comparison of the backends\n"
     "       qwen-conform --version | --help\n"
@@ -85,6 +86,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "check")) rc = qc_cmd_check(argc - 1, argv + 1);
     else if (!strcmp(cmd, "record")) rc = qc_cmd_record(argc - 1, argv + 1);
     else if (!strcmp(cmd, "inspect")) rc = qc_cmd_inspect(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "diff")) rc = qc_cmd_diff(argc - 1, argv + 1);
     else if (!strcmp(cmd, "calibrate")) rc = qc_cmd_calibrate(argc - 1, argv + 1);
     else if (!strcmp(cmd, "bench")) rc = qc_cmd_bench(argc - 1, argv + 1);
     else if (cmd[0] == '-') rc = qc_cmd_check(argc, argv); /* default command */

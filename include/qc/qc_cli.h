@@ -18,6 +18,7 @@ const char *qc_git_commit(void);
 int qc_cmd_check(int argc, char **argv);     /* qwen-conform [check] --golden DIR|FILE ... */
 int qc_cmd_record(int argc, char **argv);    /* qwen-conform record --model DIR ... --out F.h5 */
 int qc_cmd_inspect(int argc, char **argv);   /* qwen-conform inspect F.h5 */
+int qc_cmd_diff(int argc, char **argv);      /* qwen-conform diff GOLDEN.h5 ACTUAL.h5 */
 int qc_cmd_calibrate(int argc, char **argv); /* qwen-conform calibrate --golden DIR */
 int qc_cmd_bench(int argc, char **argv);     /* qwen-conform bench --synthetic 0.8b ... */
 
