@@ -627,12 +627,7 @@ static qc_status parse_args(int argc, char **argv, bench_opts *o, int *help, qc_
         } else if (qc_argp_is(&a, "--model")) s = qc_argp_value(&a, &o->model_dir, err);
         else if (qc_argp_is(&a, "--synthetic")) s = qc_argp_value(&a, &o->synthetic, err);
         else if (qc_argp_is(&a, "--dtype")) {
-            if (!(s = qc_argp_value(&a, &v, err))) {
-                if (!strcasecmp(v, "bf16")) o->dtype = QC_BF16;
-                else if (!strcasecmp(v, "f32")) o->dtype = QC_F32;
-                else if (!strcasecmp(v, "f16")) o->dtype = QC_F16;
-                else s = qc_errf(err, QC_ERR_ARG, "--dtype: '%s' is not bf16, f32 or f16", v);
-            }
+            if (!(s = qc_argp_value(&a, &v, err))) s = qc_dtype_parse(v, "--dtype", &o->dtype, err);
         } else if (qc_argp_is(&a, "--prompt")) s = qc_argp_int(&a, 1, 1 << 20, &o->prompt, err);
         else if (qc_argp_is(&a, "--static-prompt")) s = qc_argp_int(&a, 1, 1 << 20, &o->static_prompt, err);
         else if (qc_argp_is(&a, "--decode")) s = qc_argp_int(&a, 0, 1 << 20, &o->decode, err);

@@ -272,13 +272,7 @@ int qc_cmd_record(int argc, char **argv) {
             qc_err_prefix(&err, "--synthetic");
             goto done;
         }
-        if (!strcmp(a.dtype, "bf16")) syn_dtype = QC_BF16;
-        else if (!strcmp(a.dtype, "f32")) syn_dtype = QC_F32;
-        else if (!strcmp(a.dtype, "f16")) syn_dtype = QC_F16;
-        else {
-            st = qc_errf(&err, QC_ERR_ARG, "--dtype: '%s' is not bf16, f32 or f16", a.dtype);
-            goto done;
-        }
+        if ((st = qc_dtype_parse(a.dtype, "--dtype", &syn_dtype, &err))) goto done;
     } else {
         struct stat sb;
         if (stat(a.model, &sb) != 0 || !S_ISDIR(sb.st_mode)) {

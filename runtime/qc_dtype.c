@@ -5,6 +5,7 @@
  * f16 subnormals are produced and read exactly.
  */
 #include <string.h>
+#include <strings.h>
 
 #include "qc/qc_model.h"
 
@@ -17,6 +18,14 @@ const char *qc_dtype_str(qc_dtype t) {
     case QC_F16: return "F16";
     }
     return "?";
+}
+
+qc_status qc_dtype_parse(const char *s, const char *what, qc_dtype *out, qc_err *err) {
+    if (s && !strcasecmp(s, "bf16")) *out = QC_BF16;
+    else if (s && !strcasecmp(s, "f32")) *out = QC_F32;
+    else if (s && !strcasecmp(s, "f16")) *out = QC_F16;
+    else return qc_errf(err, QC_ERR_ARG, "%s: '%s' is not bf16, f32 or f16", what, s ? s : "");
+    return QC_OK;
 }
 
 size_t qc_dtype_size(qc_dtype t) {

@@ -18,6 +18,8 @@ typedef enum { QC_F32 = 0, QC_BF16 = 1, QC_F16 = 2 } qc_dtype;
 
 const char *qc_dtype_str(qc_dtype t);     /* "F32", "BF16", "F16" */
 size_t qc_dtype_size(qc_dtype t);         /* 4, 2, 2 */
+/* "bf16" / "f32" / "f16" (any case) -> dtype; QC_ERR_ARG "<what>: 'x' is not bf16, f32 or f16". */
+qc_status qc_dtype_parse(const char *s, const char *what, qc_dtype *out, qc_err *err);
 
 typedef struct {
     qc_dtype dtype;      /* storage type */
