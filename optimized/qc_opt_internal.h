@@ -50,15 +50,26 @@ typedef struct {
 /* one work item of a job: item index, executing thread id (0..nthreads-1, for scratch) */
 typedef void (*qc_opt_job_fn)(void *ctx, long item, int tid);
 
+/* one thread's share of the current job: (seq << 42) | (begin << 21) | end, items
+ * [begin, end) unclaimed; the owner takes from begin, other threads steal from end */
+typedef struct {
+    _Alignas(64) _Atomic unsigned long long w;
+    char pad[64 - sizeof(unsigned long long)];
+} qc_opt_range;
+
 /* the job board of one forward pass (qc_opt_pool.c) */
 typedef struct {
-    _Atomic long claim;             /* (job seq << 32) | next unclaimed item; seq 0 = none */
+    _Atomic long seq;               /* current job's sequence number; 0 = none yet */
     _Atomic long done;              /* items of the current job finished */
     _Atomic int quit;               /* 1: helpers leave */
     _Atomic(qc_opt_job_fn) fn;      /* current job */
     _Atomic(void *) ctx;
     _Atomic long n;                 /* items of the current job */
-    long seq;                       /* last published job (poster only) */
+    _Atomic long base;              /* item index of the current job's first item */
+    int nthreads;                   /* threads of the running region (set before any job) */
+    int cap;                        /* entries of range (the backend's nthreads) */
+    long last;                      /* last published job (poster only) */
+    qc_opt_range *range;            /* [cap] each thread's contiguous share of the job */
 } qc_opt_pool;
 
 typedef struct {
@@ -105,7 +116,8 @@ typedef struct {
 
 /* ---- work distribution (qc_opt_pool.c) ---- */
 
-void qc_opt_pool_reset(qc_opt_pool *p);
+/* before a region: no job; `nthreads` threads will run it (<= p->cap) */
+void qc_opt_pool_reset(qc_opt_pool *p, int nthreads);
 /* helper threads: claim and run items until qc_opt_pool_quit */
 void qc_opt_pool_helper(qc_opt_pool *p, int tid);
 void qc_opt_pool_quit(qc_opt_pool *p);
