@@ -54,7 +54,7 @@ static void opt_free(qc_opt *o) {
     free(o->layers);
     free(o->panel);
     free(o->th);
-    free(o->pool.range);
+    qc_opt_pool_free(&o->pool);
     free(o);
 }
 
@@ -395,7 +395,7 @@ static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int s
     if (QC_OPT_PAR(o, (double)n * H * c->intermediate_size)) {
         /* one parallel region per forward: thread 0 runs the pass, the others help with its
          * jobs (qc_opt_pool.c); passes too small to share any job run inline */
-        qc_opt_pool_reset(&o->pool, o->nthreads);
+        qc_opt_pool_reset(&o->pool);
 #pragma omp parallel num_threads(o->nthreads)
         {
             if (omp_get_thread_num() == 0) {
@@ -609,10 +609,7 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     o->layers = calloc((size_t)L, sizeof *o->layers);
     o->panel = calloc((size_t)T, sizeof *o->panel);
     o->th = calloc((size_t)T, sizeof *o->th);
-    o->pool.cap = T;
-    o->pool.range = aligned_alloc(64, (size_t)T * sizeof *o->pool.range);
-    if (o->pool.range) memset(o->pool.range, 0, (size_t)T * sizeof *o->pool.range);
-    if (!o->layers || !o->panel || !o->th || !o->pool.range) ok = 0;
+    if (!o->layers || !o->panel || !o->th || qc_opt_pool_init(&o->pool, T)) ok = 0;
     if (ok) {
         A(o->h, (size_t)N * H);
         A(o->xn, (size_t)N * H);

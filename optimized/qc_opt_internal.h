@@ -64,10 +64,9 @@ typedef struct {
     _Atomic int quit;               /* 1: helpers leave */
     _Atomic(qc_opt_job_fn) fn;      /* current job */
     _Atomic(void *) ctx;
-    _Atomic long n;                 /* items of the current job */
     _Atomic long base;              /* item index of the current job's first item */
-    int nthreads;                   /* threads of the running region (set before any job) */
-    int cap;                        /* entries of range (the backend's nthreads) */
+    int cap;                        /* threads the items are split over (the backend's nthreads;
+                                       a range whose thread did not start is stolen) */
     long last;                      /* last published job (poster only) */
     qc_opt_range *range;            /* [cap] each thread's contiguous share of the job */
 } qc_opt_pool;
@@ -116,8 +115,11 @@ typedef struct {
 
 /* ---- work distribution (qc_opt_pool.c) ---- */
 
-/* before a region: no job; `nthreads` threads will run it (<= p->cap) */
-void qc_opt_pool_reset(qc_opt_pool *p, int nthreads);
+/* at create: ranges for `cap` threads, no job; 0, or -1 when out of memory */
+int qc_opt_pool_init(qc_opt_pool *p, int cap);
+void qc_opt_pool_free(qc_opt_pool *p);
+/* before a region: no job */
+void qc_opt_pool_reset(qc_opt_pool *p);
 /* helper threads: claim and run items until qc_opt_pool_quit */
 void qc_opt_pool_helper(qc_opt_pool *p, int tid);
 void qc_opt_pool_quit(qc_opt_pool *p);

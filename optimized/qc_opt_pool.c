@@ -26,6 +26,7 @@
  */
 #include <omp.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qc_opt_internal.h"
@@ -72,7 +73,7 @@ static long run_items(qc_opt_pool *p, int tid) {
     qc_opt_job_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
     void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
     const long base = atomic_load_explicit(&p->base, memory_order_relaxed);
-    const int T = p->nthreads;
+    const int T = p->cap;
     long ran = 0, it;
     for (int k = 0; k < T; k++) {
         qc_opt_range *r = &p->range[(tid + k) % T];
@@ -87,12 +88,26 @@ static long run_items(qc_opt_pool *p, int tid) {
 
 /* The job sequence is never reset: tags stay unique across forward passes, so a helper that
  * read the previous pass's job can never claim an item of this one. */
-void qc_opt_pool_reset(qc_opt_pool *p, int nthreads) {
-    QC_ASSERT(nthreads >= 1 && nthreads <= p->cap);
+void qc_opt_pool_reset(qc_opt_pool *p) {
     atomic_store(&p->done, 0);
     atomic_store(&p->quit, 0);
     for (int t = 0; t < p->cap; t++) atomic_store(&p->range[t].w, 0);
-    p->nthreads = nthreads;
+}
+
+int qc_opt_pool_init(qc_opt_pool *p, int cap) {
+    QC_ASSERT(cap >= 1);
+    memset(p, 0, sizeof *p);
+    p->range = aligned_alloc(64, (size_t)cap * sizeof *p->range);
+    if (!p->range) return -1;
+    p->cap = cap;
+    qc_opt_pool_reset(p);
+    return 0;
+}
+
+void qc_opt_pool_free(qc_opt_pool *p) {
+    free(p->range);
+    p->range = NULL;
+    p->cap = 0;
 }
 
 void qc_opt_pool_helper(qc_opt_pool *p, int tid) {
@@ -107,10 +122,9 @@ void qc_opt_pool_quit(qc_opt_pool *p) { atomic_store_explicit(&p->quit, 1, memor
 
 /* post items [base, base + n), n <= IDX_MASK, run them with the helpers, wait for all */
 static void run_part(qc_opt_pool *p, long base, long n, qc_opt_job_fn fn, void *ctx) {
-    const int T = p->nthreads;
+    const int T = p->cap;
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&p->n, n, memory_order_relaxed);
     atomic_store_explicit(&p->base, base, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     const long seq = ++p->last;

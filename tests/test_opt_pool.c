@@ -20,15 +20,12 @@ static qc_opt *pool_new(int cap) {
     qc_opt *o = calloc(1, sizeof *o);
     ck_assert_ptr_nonnull(o);
     o->nthreads = cap;
-    o->pool.cap = cap;
-    o->pool.range = aligned_alloc(64, (size_t)cap * sizeof *o->pool.range);
-    ck_assert_ptr_nonnull(o->pool.range);
-    memset(o->pool.range, 0, (size_t)cap * sizeof *o->pool.range);
+    ck_assert_int_eq(qc_opt_pool_init(&o->pool, cap), 0);
     return o;
 }
 
 static void pool_free(qc_opt *o) {
-    free(o->pool.range);
+    qc_opt_pool_free(&o->pool);
     free(o);
 }
 
@@ -49,7 +46,7 @@ typedef void (*body_fn)(qc_opt *o, void *arg);
 /* run body on thread 0 of a region of `threads` threads, the others helping (as the
  * backend's forward does) */
 static void in_region(qc_opt *o, int threads, body_fn body, void *arg) {
-    qc_opt_pool_reset(&o->pool, o->nthreads);
+    qc_opt_pool_reset(&o->pool);
 #pragma omp parallel num_threads(threads)
     {
         if (omp_get_thread_num() == 0) {
