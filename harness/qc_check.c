@@ -616,9 +616,9 @@ static void check_garbage_and_slots(ctx *c, qc_backend *be, const qc_golden_case
     if (!s) {
         qc_runner_faults f = {.static_no_advance = c->o->faults.static_no_advance};
         qc_runner_set_faults(r, &f);
-        qc_state_fill(st, NAN);
-        qc_runner_reset(r);
-        if (gc->n_history > 0)
+        s = qc_backend_fill_state(be, st, NAN, &err);
+        if (!s) s = qc_runner_reset(r, &err);
+        if (!s && gc->n_history > 0)
             s = qc_runner_prefill(r, gc->history, gc->n_history, 0, NULL, NULL, NULL, &err);
         if (!s) s = qc_runner_prefill(r, gc->tokens, T, P, gb.prefill_logits, NULL, NULL, &err);
         if (!s) s = qc_golden_state_from(cfg, st, P + T, &gb.prefill_state, &err);
@@ -1487,7 +1487,8 @@ static qc_status parse_modes(const char *v, int *mask, qc_err *err) {
             continue;
         }
         qc_mode m;
-        if (qc_mode_parse(t, &m, err) != QC_OK) return qc_err_prefix(err, "--mode");
+        qc_status ms = qc_mode_parse(t, &m, err);
+        if (ms != QC_OK) return qc_err_prefix(err, ms, "--mode");
         *mask |= 1 << m;
     }
     if (!*mask) return qc_errf(err, QC_ERR_ARG, "--mode: empty");

@@ -286,7 +286,10 @@ static qc_status run_one(qc_backend *be, qc_state *st, qc_mode mode, const int32
     qc_runner *r = NULL;
     qc_status s = qc_runner_create(be, &p, st, &r, err);
     if (s) return s;
-    qc_runner_reset(r);
+    if ((s = qc_runner_reset(r, err))) {
+        qc_runner_destroy(r);
+        return s;
+    }
     int32_t first = 0;
     double t0 = now_s();
     s = qc_runner_prefill(r, toks, n, 0, NULL, NULL, &first, err);

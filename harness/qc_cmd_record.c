@@ -269,7 +269,7 @@ int qc_cmd_record(int argc, char **argv) {
     qc_dtype syn_dtype = QC_BF16;
     if (a.synthetic) {
         if ((st = qc_config_preset(a.synthetic, &cfg, &err))) {
-            qc_err_prefix(&err, "--synthetic");
+            qc_err_prefix(&err, st, "--synthetic");
             goto done;
         }
         if ((st = qc_dtype_parse(a.dtype, "--dtype", &syn_dtype, &err))) goto done;
@@ -324,7 +324,7 @@ int qc_cmd_record(int argc, char **argv) {
         if ((st = qc_memplan_enforce(&rq, a.max_memory, "memory", &plan, &err))) goto done;
     }
     if ((st = qc_backend_create(a.backend, model, &o, &be, &err))) {
-        qc_err_prefix(&err, "--backend %s", a.backend);
+        qc_err_prefix(&err, st, "--backend %s", a.backend);
         goto done;
     }
     if (a.synthetic) {

@@ -139,15 +139,14 @@ qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *nam
     if ((st = qc_state_create(cfg, profile->max_context_len, &state, err))) goto fail;
     if ((st = qc_runner_create(be, profile, state, &runner, err))) goto fail;
     qc_runner_set_faults(runner, &in->faults);
-    if (in->garbage_state) {
-        qc_state_fill(state, NAN);
-        qc_runner_reset(runner);
-    }
+    /* A runtime with its own state carries the previous case's state: always start fresh. */
+    if (in->garbage_state && (st = qc_backend_fill_state(be, state, NAN, err))) goto fail;
+    if ((st = qc_runner_reset(runner, err))) goto fail;
 
     /* 2. history replay */
     if (P > 0 &&
         (st = qc_runner_prefill(runner, in->history, P, 0, NULL, NULL, NULL, err))) {
-        qc_err_prefix(err, "case %s: history", out->name);
+        qc_err_prefix(err, st, "case %s: history", out->name);
         goto fail;
     }
 
@@ -168,7 +167,7 @@ qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *nam
         be->opts.trace = saved_fn;
         be->opts.trace_user = saved_user;
         if (st) {
-            qc_err_prefix(err, "case %s: prefill", out->name);
+            qc_err_prefix(err, st, "case %s: prefill", out->name);
             goto fail;
         }
     }
@@ -185,8 +184,12 @@ qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *nam
         }
     }
 
-    /* 4. state after prefill */
-    if ((st = qc_golden_state_from(cfg, state, P + T, &out->prefill_state, err))) goto fail;
+    /* 4. state after prefill (only from a backend that exposes it: else absent, and the state
+     * checks are skipped) */
+    const int has_state = (be->caps & QC_BE_CAP_STATE_READ) != 0;
+    if (has_state && ((st = qc_backend_sync_state(be, state, P + T, err)) ||
+                      (st = qc_golden_state_from(cfg, state, P + T, &out->prefill_state, err))))
+        goto fail;
 
     /* 5. decode */
     for (int s = 0; s < S; s++) {
@@ -196,14 +199,15 @@ qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *nam
         out->decode_tokens[s] = tok;
         out->decode_margins[s] = top_margin(prev, V);
         if ((st = qc_runner_decode(runner, tok, out->decode_logits + (size_t)s * V, err))) {
-            qc_err_prefix(err, "case %s: decode step %d", out->name, s);
+            qc_err_prefix(err, st, "case %s: decode step %d", out->name, s);
             goto fail;
         }
     }
 
     /* 6. state after decode */
-    if (S > 0 &&
-        (st = qc_golden_state_from(cfg, state, P + T + S, &out->decode_state, err)))
+    if (S > 0 && has_state &&
+        ((st = qc_backend_sync_state(be, state, P + T + S, err)) ||
+         (st = qc_golden_state_from(cfg, state, P + T + S, &out->decode_state, err))))
         goto fail;
 
     free(cap.seen);

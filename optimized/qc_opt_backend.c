@@ -568,7 +568,7 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     }
 
     qc_opt *o = calloc(1, sizeof *o);
-    qc_backend *be = calloc(1, sizeof *be);
+    qc_backend *be = qc_backend_alloc();
     if (!o || !be) {
         free(o);
         free(be);

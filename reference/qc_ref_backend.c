@@ -373,7 +373,7 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
     if (s) return s;
     const qc_config *c = &m->cfg;
 
-    qc_backend *be = calloc(1, sizeof *be);
+    qc_backend *be = qc_backend_alloc();
     ref_impl *R = calloc(1, sizeof *R);
     if (R) R->layers = calloc((size_t)c->n_layers, sizeof *R->layers);
     if (!be || !R || !R->layers) {
@@ -383,6 +383,7 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
         return qc_errf(err, QC_ERR_OOM, "reference backend: out of memory");
     }
     be->name = "reference";
+    be->caps = QC_BE_CAP_ALL & ~QC_BE_CAP_THREADS; /* one thread by definition */
     be->model = m;
     be->opts = opts;
     be->impl = R;

@@ -155,10 +155,15 @@ qc_status qc_runner_create(qc_backend *be, const qc_profile *p, qc_state *st, qc
                : mode == QC_MODE_DYNAMIC ? (p->max_seq_len < p->max_context_len ? p->max_seq_len
                                                                                 : p->max_context_len)
                                          : 1;
-    if (be->opts.max_tokens < need)
-        return qc_errf(err, QC_ERR_ARG,
-                       "backend %s accepts %d tokens per call; %s mode needs %d", be->name,
-                       be->opts.max_tokens, qc_mode_str(mode), need);
+    int cap = be->opts.max_tokens;
+    if (be->max_tokens_per_call > 0 && be->max_tokens_per_call < cap) cap = be->max_tokens_per_call;
+    if (cap < need)
+        return qc_errf(err, QC_ERR_UNSUPPORTED,
+                       "backend %s accepts %d tokens per call; %s mode needs %d", be->name, cap,
+                       qc_mode_str(mode), need);
+    if (be->max_context_len > 0 && be->max_context_len < p->max_context_len)
+        return qc_errf(err, QC_ERR_UNSUPPORTED, "backend %s holds %d positions; the profile needs %d",
+                       be->name, be->max_context_len, p->max_context_len);
     qc_runner *r = calloc(1, sizeof *r);
     if (!r) return qc_errf(err, QC_ERR_OOM, "runner: out of memory");
     r->be = be;
@@ -185,7 +190,7 @@ void qc_runner_destroy(qc_runner *r) {
 }
 
 void qc_runner_set_faults(qc_runner *r, const qc_runner_faults *f) { r->faults = *f; }
-void qc_runner_reset(qc_runner *r) { qc_state_reset(r->st); }
+qc_status qc_runner_reset(qc_runner *r, qc_err *err) { return qc_backend_reset(r->be, r->st, err); }
 int qc_runner_pos(const qc_runner *r) { return r->st->pos; }
 qc_mode qc_runner_mode(const qc_runner *r) { return r->mode; }
 long qc_runner_calls(const qc_runner *r) { return r->n_calls; }
@@ -246,8 +251,8 @@ static qc_status run_chunk(qc_runner *r, const int32_t *toks, int n, int pos, fl
         break;
     case QC_MODE_NOKV: { /* the whole sequence so far, from position 0 on a reset state */
         int total = pos + n;
-        qc_state_reset(r->st);
-        st = call(r, r->history, total, 0, r->scratch_logits, 1, err);
+        st = qc_backend_reset(r->be, r->st, err);
+        if (st == QC_OK) st = call(r, r->history, total, 0, r->scratch_logits, 1, err);
         if (st == QC_OK) {
             if (logits_all)
                 memcpy(logits_all, r->scratch_logits + (size_t)pos * V, (size_t)n * V * sizeof(float));
@@ -289,11 +294,11 @@ qc_status qc_runner_prefill(qc_runner *r, const int32_t *prompt, int n, int star
 qc_status qc_runner_decode(qc_runner *r, int32_t token, float *logits, qc_err *err) {
     int pos = r->st->pos;
     qc_status st = check_request(r, &token, 1, pos, err);
-    if (st) return qc_err_prefix(err, "decode");
+    if (st) return qc_err_prefix(err, st, "decode");
     r->history[pos] = token;
     if (r->mode == QC_MODE_NOKV) {
-        qc_state_reset(r->st);
-        st = call(r, r->history, pos + 1, 0, r->scratch_logits, 1, err);
+        st = qc_backend_reset(r->be, r->st, err);
+        if (st == QC_OK) st = call(r, r->history, pos + 1, 0, r->scratch_logits, 1, err);
         if (st == QC_OK && logits)
             memcpy(logits, r->scratch_logits + (size_t)pos * r->vocab,
                    (size_t)r->vocab * sizeof(float));

@@ -3,21 +3,30 @@
 
 #include <string.h>
 
+/* One table: name and description of every status. */
+static const struct {
+    const char *name, *desc;
+} status_table[QC_STATUS_COUNT] = {
+    [QC_OK] = {"QC_OK", "success"},
+    [QC_ERR_ARG] = {"QC_ERR_ARG", "bad argument or usage"},
+    [QC_ERR_IO] = {"QC_ERR_IO", "cannot open, read, write or map a file"},
+    [QC_ERR_FORMAT] = {"QC_ERR_FORMAT", "malformed file contents"},
+    [QC_ERR_SHAPE] = {"QC_ERR_SHAPE", "tensor shape disagrees with the config or the schema"},
+    [QC_ERR_OOM] = {"QC_ERR_OOM", "out of memory or over the memory limit"},
+    [QC_ERR_HDF5] = {"QC_ERR_HDF5", "the HDF5 library reported an error"},
+    [QC_ERR_UNSUPPORTED] = {"QC_ERR_UNSUPPORTED", "valid input that is not supported"},
+    [QC_ERR_RANGE] = {"QC_ERR_RANGE", "value out of range"},
+    [QC_ERR_MISSING] = {"QC_ERR_MISSING", "a required tensor, field or dataset is absent"},
+    [QC_ERR_UNKNOWN] = {"QC_ERR_UNKNOWN", "an unexpected tensor or field is present"},
+    [QC_ERR_RUNTIME] = {"QC_ERR_RUNTIME", "the runtime under test failed"},
+};
+
 const char *qc_status_str(qc_status s) {
-    switch (s) {
-    case QC_OK: return "QC_OK";
-    case QC_ERR_ARG: return "QC_ERR_ARG";
-    case QC_ERR_IO: return "QC_ERR_IO";
-    case QC_ERR_FORMAT: return "QC_ERR_FORMAT";
-    case QC_ERR_SHAPE: return "QC_ERR_SHAPE";
-    case QC_ERR_OOM: return "QC_ERR_OOM";
-    case QC_ERR_HDF5: return "QC_ERR_HDF5";
-    case QC_ERR_UNSUPPORTED: return "QC_ERR_UNSUPPORTED";
-    case QC_ERR_RANGE: return "QC_ERR_RANGE";
-    case QC_ERR_MISSING: return "QC_ERR_MISSING";
-    case QC_ERR_UNKNOWN: return "QC_ERR_UNKNOWN";
-    }
-    return "QC_ERR_?";
+    return (unsigned)s < QC_STATUS_COUNT ? status_table[s].name : "QC_ERR_?";
+}
+
+const char *qc_status_desc(qc_status s) {
+    return (unsigned)s < QC_STATUS_COUNT ? status_table[s].desc : "unknown status";
 }
 
 qc_status qc_errf(qc_err *err, qc_status code, const char *fmt, ...) {
@@ -31,9 +40,9 @@ qc_status qc_errf(qc_err *err, qc_status code, const char *fmt, ...) {
     return code;
 }
 
-qc_status qc_err_prefix(qc_err *err, const char *fmt, ...) {
-    if (!err) return QC_OK;
-    if (err->code == QC_OK) return QC_OK;
+qc_status qc_err_prefix(qc_err *err, qc_status st, const char *fmt, ...) {
+    if (!err || st == QC_OK) return st;
+    err->code = st;
     char pre[512], old[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
@@ -48,7 +57,7 @@ qc_status qc_err_prefix(qc_err *err, const char *fmt, ...) {
     if (no > room) no = room;
     memcpy(err->msg + np + 2, old, no);
     err->msg[np + 2 + no] = '\0';
-    return err->code;
+    return st;
 }
 
 void qc_err_clear(qc_err *err) {

@@ -91,7 +91,7 @@ static void run_seq(const qc_model *m, const run_cfg *rc, const int32_t *toks, i
     qc_profile_for_mode(&p, rc->mode, rc->max_seq_len, ctx);
     qc_runner *r = NULL;
     ck_assert_msg(qc_runner_create(be, &p, out->st, &r, &e) == QC_OK, "runner: %s", e.msg);
-    qc_runner_reset(r);
+    ck_assert_int_eq(qc_runner_reset(r, &e), QC_OK);
     out->logits = calloc((size_t)ctx * V, sizeof(float));
     ck_assert_msg(qc_runner_prefill(r, toks, n, 0, out->logits, NULL, NULL, &e) == QC_OK,
                   "prefill: %s", e.msg);

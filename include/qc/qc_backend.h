@@ -48,17 +48,51 @@ typedef struct {
 /* dn_kernel chunked, chunk_size 64, n_threads 0, max_tokens 128, no trace. */
 void qc_backend_opts_default(qc_backend_opts *o);
 
+/* Capability bits: the same values as the plugin ABI's QC_CAP_* (qc_runtime_plugin.h). A
+ * built-in backend has all of them but THREADS (reference) ; a runtime under test announces
+ * its own. The check engine plans the battery from them: a check whose capability is missing is
+ * reported SKIPPED with the reason. */
+#define QC_BE_CAP_HIDDEN     (1u << 0) /* opts.trace is called with every hidden state */
+#define QC_BE_CAP_STATE_READ (1u << 1) /* st holds the runtime's state (native, or sync_state) */
+#define QC_BE_CAP_STATE_FILL (1u << 2) /* qc_backend_fill_state reaches the runtime's buffers */
+#define QC_BE_CAP_THREADS    (1u << 3) /* opts.n_threads is honoured (bit-identical results) */
+#define QC_BE_CAP_DN_KERNEL  (1u << 4) /* opts.dn_kernel is honoured */
+#define QC_BE_CAP_CHUNK_SIZE (1u << 5) /* opts.chunk_size is honoured */
+#define QC_BE_CAP_ALL 0x3fu
+
 typedef struct qc_backend qc_backend;
 struct qc_backend {
-    const char *name;        /* "reference" or "optimized" */
+    const char *name;        /* "reference", "optimized", "plugin:<file>", "exec:<cmd>", ... */
     const qc_model *model;   /* borrowed; must outlive the backend */
     qc_backend_opts opts;
     void *impl;              /* backend-private */
+    unsigned caps;           /* QC_BE_CAP_* */
+    int max_tokens_per_call; /* largest n the runtime accepts per call (1: a static [1,1] export;
+                                0: opts.max_tokens) */
+    int max_context_len;     /* positions the runtime holds (0: no limit of its own) */
     qc_status (*forward)(qc_backend *be, const int32_t *tokens, int n, int start_pos,
                          qc_state *st, float *logits, int all_logits, qc_err *err);
     void (*destroy)(qc_backend *be); /* frees impl and be itself */
     const char *(*describe)(const qc_backend *be); /* e.g. "optimized (AVX-512, 2 threads)" */
+    /* ---- optional (NULL for the built-in backends, whose state IS st) ---- */
+    /* A runtime that keeps its own state: start a new sequence (zeros, position 0). */
+    qc_status (*reset)(qc_backend *be, qc_err *err);
+    /* Every element of the runtime's state buffers := v. */
+    qc_status (*fill_state)(qc_backend *be, float v, qc_err *err);
+    /* Copy the runtime's state into st (caches: positions 0..n_pos-1; the slots beyond stay as
+     * st has them). QC_ERR_UNSUPPORTED when n_pos exceeds what the runtime can expose. */
+    qc_status (*sync_state)(qc_backend *be, qc_state *st, int n_pos, qc_err *err);
 };
+
+/* Reset a sequence on both sides: st to exact zeros (pos 0) and, for a runtime with its own
+ * state, be->reset. */
+qc_status qc_backend_reset(qc_backend *be, qc_state *st, qc_err *err);
+/* Fill st with v and, for a runtime with its own state, the runtime's buffers
+ * (QC_ERR_UNSUPPORTED without QC_BE_CAP_STATE_FILL). */
+qc_status qc_backend_fill_state(qc_backend *be, qc_state *st, float v, qc_err *err);
+/* Make st hold the runtime's state for positions 0..n_pos-1 (no-op for built-in backends;
+ * QC_ERR_UNSUPPORTED without QC_BE_CAP_STATE_READ). */
+qc_status qc_backend_sync_state(qc_backend *be, qc_state *st, int n_pos, qc_err *err);
 
 qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
                               qc_err *err);
@@ -68,5 +102,8 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *o, qc_ba
 qc_status qc_backend_create(const char *name, const qc_model *m, const qc_backend_opts *o,
                             qc_backend **out, qc_err *err);
 void qc_backend_destroy(qc_backend *be); /* NULL-safe */
+/* Allocate a zeroed qc_backend with caps = QC_BE_CAP_ALL (what every backend's create starts
+ * from); NULL when out of memory. */
+qc_backend *qc_backend_alloc(void);
 
 #endif /* QC_BACKEND_H */

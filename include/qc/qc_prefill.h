@@ -61,8 +61,9 @@ qc_status qc_runner_create(qc_backend *be, const qc_profile *p, qc_state *st, qc
 void qc_runner_destroy(qc_runner *r);
 void qc_runner_set_faults(qc_runner *r, const qc_runner_faults *f);
 
-/* Start a new sequence: reset the state to exact zeros and position 0. */
-void qc_runner_reset(qc_runner *r);
+/* Start a new sequence: reset the state to exact zeros and position 0 (for a runtime with its
+ * own state, through qc_backend_reset). */
+qc_status qc_runner_reset(qc_runner *r, qc_err *err);
 int qc_runner_pos(const qc_runner *r);
 qc_mode qc_runner_mode(const qc_runner *r);
 /* Number of backend forward calls made so far (for tests of the strategy). */

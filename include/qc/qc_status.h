@@ -23,8 +23,13 @@ typedef enum {
     QC_ERR_UNSUPPORTED, /* valid input we do not handle (dtype, layer kind, ...) */
     QC_ERR_RANGE,       /* value out of range: token id, position, context length */
     QC_ERR_MISSING,     /* a required tensor / field / dataset is absent */
-    QC_ERR_UNKNOWN      /* an unexpected tensor / field is present */
+    QC_ERR_UNKNOWN,     /* an unexpected tensor / field is present */
+    QC_ERR_RUNTIME      /* the runtime under test (plugin / adapter) failed: crashed, timed
+                           out, broke the protocol or returned an error. A conformance FAIL of
+                           that runtime, not an error of qwen-conform */
 } qc_status;
+
+#define QC_STATUS_COUNT (QC_ERR_RUNTIME + 1)
 
 typedef struct {
     qc_status code;   /* last error code (QC_OK if none) */
@@ -33,13 +38,17 @@ typedef struct {
 
 /* Short stable name of a status ("QC_ERR_FORMAT"). Never NULL. */
 const char *qc_status_str(qc_status s);
+/* One-line description of a status ("malformed file contents"). Never NULL. */
+const char *qc_status_desc(qc_status s);
 
 /* Fill err (if non-NULL) with code and a printf-style message; returns code. */
 qc_status qc_errf(qc_err *err, qc_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Prepend "<prefix>: " to err->msg (if err non-NULL and it holds an error). Returns err->code. */
-qc_status qc_err_prefix(qc_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prepend "<prefix>: " to err->msg when st != QC_OK and err is non-NULL. Returns st, always:
+ * the status is the truth, the message never changes it (err may be NULL). */
+qc_status qc_err_prefix(qc_err *err, qc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Clear err to QC_OK / empty message. */
 void qc_err_clear(qc_err *err);

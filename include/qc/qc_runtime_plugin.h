@@ -1,0 +1,117 @@
+/* qc_runtime_plugin.h — the runtime plugin ABI, version 1: how a runtime under test (a shared
+ * library the user builds) plugs into `qwen-conform check --backend plugin:PATH.so[,k=v...]`.
+ *
+ * Plain C, no qwen-conform types, no allocation across the boundary: the harness allocates every
+ * buffer at the size it computes from the model's config.json and the plugin fills it.
+ *
+ * The library exports one symbol, QC_PLUGIN_ENTRY_SYMBOL:
+ *     const qc_runtime_plugin *qc_runtime_plugin_entry(void);
+ * The harness reads abi_version and struct_size first and refuses (exit 2, naming the file) a
+ * plugin whose abi_version != QC_PLUGIN_ABI_VERSION, whose struct_size is smaller than the v1
+ * struct, or that lacks a mandatory entry. Later minor additions append fields at the end and
+ * keep abi_version: a harness reads only the fields that struct_size covers.
+ *
+ * Return convention: every int-returning call returns QC_PLUGIN_OK (0) on success, or
+ * QC_PLUGIN_ERROR / QC_PLUGIN_UNSUPPORTED with a message available from last_error(handle).
+ * A plugin never calls exit(), never prints to stdout, and must be callable from one thread at
+ * a time (the harness never calls one handle concurrently).
+ *
+ * Canonical layouts (golden/SCHEMA.md): float32, row-major, batch 1, Hugging Face head order.
+ *   logits           [n, V] (all_logits) or [1, V] (last position only)
+ *   hidden index i   [n, H]: i = 0 embeddings, 1..L-1 output of layer i-1, L after final norm
+ *   k_cache, v_cache [n_kv_heads, n_pos, head_dim]  keys after q/k-norm and RoPE; raw values
+ *   conv_state       [conv_dim, conv_kernel]  the last K pre-activation in_proj_qkv columns,
+ *                    oldest first, zero-padded on the left
+ *   recurrent_state  [n_v_heads, k_head_dim, v_head_dim]  the Gated DeltaNet state S
+ */
+#ifndef QC_RUNTIME_PLUGIN_H
+#define QC_RUNTIME_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QC_PLUGIN_ABI_VERSION 1u
+#define QC_PLUGIN_ENTRY_SYMBOL "qc_runtime_plugin_entry"
+
+enum {
+    QC_PLUGIN_OK = 0,
+    QC_PLUGIN_ERROR = 1,       /* the call failed; last_error() says why */
+    QC_PLUGIN_UNSUPPORTED = 2  /* valid request the runtime cannot serve (e.g. an option) */
+};
+
+/* Capability bits (qc_plugin_info.caps). A check that needs a capability the runtime does not
+ * announce is reported SKIPPED with the reason (`--require CAP` turns that into a failure). */
+#define QC_CAP_HIDDEN      (1u << 0) /* get_hidden: hidden states of the last forward */
+#define QC_CAP_STATE_READ  (1u << 1) /* get_state: KV cache, conv and recurrent state */
+#define QC_CAP_STATE_FILL  (1u << 2) /* fill_state: every state element := a value (garbage) */
+#define QC_CAP_THREADS     (1u << 3) /* set_option("threads", "N") */
+#define QC_CAP_DN_KERNEL   (1u << 4) /* set_option("dn_kernel", "chunked"|"recurrent") */
+#define QC_CAP_CHUNK_SIZE  (1u << 5) /* set_option("chunk_size", "N") */
+
+/* State buffer kinds for get_state. */
+enum { QC_STATE_K_CACHE = 0, QC_STATE_V_CACHE = 1, QC_STATE_CONV = 2, QC_STATE_RECURRENT = 3 };
+
+/* What the runtime reports after open (the harness checks the dims against config.json). */
+typedef struct {
+    int32_t vocab_size;          /* V as the runtime sees it */
+    int32_t hidden_size;         /* H */
+    int32_t n_layers;            /* L */
+    int32_t max_tokens_per_call; /* largest n forward accepts; 1 = a static [1,1] export (the
+                                    harness then drives prefill one token per call); 0 = any */
+    int32_t max_context_len;     /* positions the runtime holds; 0 = no limit */
+    uint32_t caps;               /* QC_CAP_* bits */
+    char name[128];              /* for reports, e.g. "llama.cpp v0.5.0 (F32 KV, no flash attn)" */
+} qc_plugin_info;
+
+typedef struct qc_runtime_plugin {
+    uint32_t abi_version; /* QC_PLUGIN_ABI_VERSION */
+    uint32_t struct_size; /* sizeof(qc_runtime_plugin) the plugin was built with */
+
+    /* ---- mandatory ---- */
+    /* Load the Hugging Face model directory. options: the text after the first ',' of the
+     * --backend value ("k=v,k=v", "" when none). Fills info. On failure *handle may be NULL;
+     * last_error(NULL) then gives the reason. The state starts fresh (as after reset). */
+    int (*open)(const char *model_dir, const char *options, qc_plugin_info *info, void **handle);
+    /* Start a new sequence: every state buffer to exact zeros, position 0. */
+    int (*reset)(void *handle);
+    /* Process tokens[0..n) at positions start_pos..start_pos+n-1 against the state and update it.
+     * logits: [n, V] when all_logits, else [1, V] (the last position). The harness calls with
+     * start_pos = the positions consumed so far, except that it may call start_pos = 0 right after
+     * reset (the no-KV-cache strategy recomputes the whole sequence). */
+    int (*forward)(void *handle, const int32_t *tokens, int32_t n, int32_t start_pos,
+                   int32_t all_logits, float *logits);
+    void (*close)(void *handle); /* NULL-safe; frees everything */
+    /* Text of the last failure on this handle (or of the last failed open when handle is NULL).
+     * Owned by the plugin, valid until the next call. Never NULL. */
+    const char *(*last_error)(void *handle);
+
+    /* ---- optional: NULL, or announced in info.caps ---- */
+    /* QC_CAP_HIDDEN: hidden state `index` (0..L) of the last forward call into dst [n, H]. */
+    int (*get_hidden)(void *handle, int32_t index, float *dst);
+    /* QC_CAP_STATE_READ: layer `layer`'s buffer `kind` (QC_STATE_*) into dst, canonical layout.
+     * For the caches, n_pos positions 0..n_pos-1 ([nkv, n_pos, hd]); n_pos may exceed the
+     * positions used so far (the unused_slots check reads those slots: they must be exactly 0);
+     * return QC_PLUGIN_UNSUPPORTED when n_pos exceeds what the runtime can expose. */
+    int (*get_state)(void *handle, int32_t layer, int32_t kind, int32_t n_pos, float *dst);
+    /* QC_CAP_STATE_FILL: set every element of every state buffer (unused slots included) to
+     * value (NaN in the garbage_reset check). The position is left as it is. */
+    int (*fill_state)(void *handle, float value);
+    /* QC_CAP_THREADS / DN_KERNEL / CHUNK_SIZE: change a setting between calls. Unknown key:
+     * QC_PLUGIN_UNSUPPORTED. */
+    int (*set_option)(void *handle, const char *key, const char *value);
+} qc_runtime_plugin;
+
+typedef const qc_runtime_plugin *(*qc_runtime_plugin_entry_fn)(void);
+
+/* The v1 struct size; a plugin whose struct_size is smaller is refused. */
+#define QC_PLUGIN_V1_SIZE (offsetof(qc_runtime_plugin, set_option) + sizeof(void *))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_RUNTIME_PLUGIN_H */
