@@ -18,9 +18,10 @@
 
 #include "qc/qc_prefill.h"
 #include "qc_policy.h"
+#include "qc_registry.h"
 #include "qc_report_results.h"
 
-enum { QC_BACKEND_REF = 1, QC_BACKEND_OPT = 2 };
+enum { QC_BACKEND_REF = 1, QC_BACKEND_OPT = 2, QC_BACKEND_EXT = 4 };
 
 /* Test-only faults (hidden CLI flag --inject-fault). */
 typedef struct {
@@ -32,7 +33,10 @@ typedef struct {
 
 typedef struct {
     const char *golden;       /* --golden DIR|FILE */
-    int backends;             /* QC_BACKEND_* mask; 0 = all available */
+    int backends;             /* QC_BACKEND_* mask; 0 = all built-in backends available */
+    qc_runtime_spec ext;      /* the runtime under test (QC_BACKEND_EXT): plugin / exec */
+    unsigned require;         /* --require: capability bits whose absence is a FAIL */
+    double adapter_timeout;   /* --adapter-timeout SECONDS (exec adapters), default 60 */
     int modes;                /* bit (1 << qc_mode) mask; 0 = all */
     const char *policy_path;  /* --policy F, or NULL (auto) */
     const char *json_path;    /* --json F */

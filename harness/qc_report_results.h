@@ -20,7 +20,7 @@ typedef struct {
     char golden[1024];     /* golden file path */
     char stem[128];        /* golden file stem (report classname prefix) */
     char case_name[64];    /* case, or "_model" for file-level checks */
-    char backend[32];      /* "reference", "optimized" or "-" */
+    char backend[128];     /* "reference", "optimized", "plugin:libx.so", "exec:..." or "-" */
     char mode[32];         /* "static", "dynamic", "nokv" or "-" */
     char check[64];        /* check name, e.g. "prefill.logits", "static_eq_dynamic" */
     qc_verdict verdict;

@@ -158,7 +158,7 @@ START_TEST(backend_too_small_for_mode) {
     be.opts.max_tokens = 16;
     qc_runner *r = NULL;
     qc_err e = {0};
-    ck_assert_int_eq(qc_runner_create(&be, &p, st, &r, &e), QC_ERR_ARG);
+    ck_assert_int_eq(qc_runner_create(&be, &p, st, &r, &e), QC_ERR_UNSUPPORTED);
     ck_assert(strstr(e.msg, "nokv mode needs 64"));
 }
 END_TEST

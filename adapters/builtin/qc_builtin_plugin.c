@@ -1,0 +1,510 @@
+/* qc_builtin_plugin.c — a built-in backend (reference or optimized) exposed through the runtime
+ * plugin ABI v1 (include/qc/qc_runtime_plugin.h): the ABI's own proof.
+ *
+ * Compiled twice (CMakeLists.txt, "shipped adapters"): -DQC_PLUGIN_BACKEND="reference" into
+ * libqc_plugin_reference.so and -DQC_PLUGIN_BACKEND="optimized" into libqc_plugin_optimized.so,
+ * each linking the static qwenconform library privately and exporting nothing but
+ * qc_runtime_plugin_entry. `qwen-conform check --backend plugin:<that .so>` must then give the
+ * same verdicts and bit-identical numbers as `--backend reference` / `--backend optimized`:
+ * the plugin runs the very same forward pass on its own qc_state (canonical layout), so every
+ * buffer the harness reads back is the backend's own.
+ *
+ * Open options ("k=v,k=v"):
+ *   max_context=N  state capacity in positions (default 4096, lowered so that the state stays
+ *                  within QCB_STATE_BUDGET bytes as computed by qc_state_bytes)
+ *   max_tokens=N   largest n per forward call (default max_context, lowered so that the hidden
+ *                  capture [L+1, N, H] stays within QCB_HIDDEN_BUDGET bytes); <= max_context
+ *   threads=N      optimized only: OpenMP threads (0 = the OpenMP default)
+ *   dn_kernel=chunked|recurrent, chunk_size=N  as set_option
+ *
+ * Positions: the backend never advances state->pos (qc_backend.h); forward does it here, as the
+ * prefill controller (runtime/qc_prefill.c) does: pos = start_pos + n after a successful call.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc/qc_backend.h"
+#include "qc/qc_model.h"
+#include "qc/qc_runtime_plugin.h"
+#include "qc/qc_state.h"
+
+#ifndef QC_PLUGIN_BACKEND
+#error "build with -DQC_PLUGIN_BACKEND=\"reference\" or \"optimized\""
+#endif
+
+#define QCB_EXPORT __attribute__((visibility("default")))
+
+#define QCB_DEFAULT_CONTEXT 4096
+#define QCB_STATE_BUDGET ((size_t)1 << 30)  /* default capacity: state <= 1 GiB */
+#define QCB_HIDDEN_BUDGET ((size_t)1 << 30) /* default max_tokens: hidden capture <= 1 GiB */
+
+static int is_optimized(void) { return strcmp(QC_PLUGIN_BACKEND, "optimized") == 0; }
+
+/* ===================================================================================== */
+/* handle                                                                                 */
+/* ===================================================================================== */
+
+typedef struct {
+    qc_model *model;
+    qc_backend *be;
+    qc_state *st;
+    qc_backend_opts opts;  /* what the backend was (or will be re-) created with */
+    int capacity;          /* state positions */
+    int max_tokens;        /* largest n per call */
+    int L1, H, V;          /* L + 1, hidden size, vocabulary */
+    float *hidden;         /* [L+1, max_tokens, H]: the hidden states of the last forward */
+    unsigned char *seen;   /* [L+1]: index written by the last forward */
+    int hidden_n;          /* tokens of the last successful forward (0: none) */
+    int hidden_bad;        /* the trace reported an unexpected index / width / length */
+    int cur_n;             /* n of the forward in progress (for the trace hook) */
+    char err[1024];
+} qcb_handle;
+
+static char g_open_err[1024] = "no error";
+
+static int seterr(qcb_handle *h, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int seterr(qcb_handle *h, int code, const char *fmt, ...) {
+    char *buf = h ? h->err : g_open_err;
+    size_t cap = h ? sizeof h->err : sizeof g_open_err;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static void clear_err(qcb_handle *h) { snprintf(h->err, sizeof h->err, "no error"); }
+
+/* The trace hook: copy hidden checkpoint `index` ([n, H]) of the call in progress. */
+static void qcb_trace(void *user, int index, const char *name, int start_pos, int n_tokens,
+                      int dim, const float *data) {
+    qcb_handle *h = user;
+    (void)name;
+    (void)start_pos;
+    if (index < 0 || index >= h->L1 || dim != h->H || n_tokens != h->cur_n ||
+        n_tokens > h->max_tokens) {
+        h->hidden_bad = 1;
+        return;
+    }
+    memcpy(h->hidden + (size_t)index * h->max_tokens * h->H, data,
+           (size_t)n_tokens * h->H * sizeof(float));
+    h->seen[index] = 1;
+}
+
+/* (Re)create the backend from h->opts (the trace hook installed). */
+static int make_backend(qcb_handle *h) {
+    qc_backend_opts o = h->opts;
+    o.trace = qcb_trace;
+    o.trace_user = h;
+    qc_backend *be = NULL;
+    qc_err e;
+    qc_err_clear(&e);
+    qc_status s = qc_backend_create(QC_PLUGIN_BACKEND, h->model, &o, &be, &e);
+    if (s != QC_OK)
+        return seterr(h, QC_PLUGIN_ERROR, "%s backend: %s (%s)", QC_PLUGIN_BACKEND, e.msg,
+                      qc_status_str(s));
+    qc_backend_destroy(h->be);
+    h->be = be;
+    return QC_PLUGIN_OK;
+}
+
+/* ===================================================================================== */
+/* option parsing                                                                         */
+/* ===================================================================================== */
+
+/* A whole-string decimal integer in [lo, hi]. */
+static int parse_int(const char *s, long lo, long hi, int *out) {
+    if (!s || !*s) return -1;
+    errno = 0;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (errno || !end || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* The run-time options (set_option and open). h->be may be NULL (open, before create): then
+ * only h->opts changes. */
+static int apply_option(qcb_handle *h, const char *key, const char *value) {
+    if (!key) return seterr(h, QC_PLUGIN_ERROR, "set_option: NULL key");
+    if (!value) return seterr(h, QC_PLUGIN_ERROR, "set_option %s: NULL value", key);
+    if (strcmp(key, "threads") == 0) {
+        if (!is_optimized())
+            return seterr(h, QC_PLUGIN_UNSUPPORTED,
+                          "threads: the reference backend is single-threaded (no THREADS cap)");
+        int n;
+        if (parse_int(value, 0, 4096, &n))
+            return seterr(h, QC_PLUGIN_ERROR, "threads: '%s' is not an integer in [0, 4096]",
+                          value);
+        int old = h->opts.n_threads;
+        h->opts.n_threads = n;
+        if (h->be) { /* fixed at create: a new backend with that thread count */
+            int rc = make_backend(h);
+            if (rc != QC_PLUGIN_OK) h->opts.n_threads = old;
+            return rc;
+        }
+        return QC_PLUGIN_OK;
+    }
+    if (strcmp(key, "dn_kernel") == 0) {
+        qc_dn_kernel k;
+        if (strcmp(value, "chunked") == 0) k = QC_DN_CHUNKED;
+        else if (strcmp(value, "recurrent") == 0) k = QC_DN_RECURRENT;
+        else
+            return seterr(h, QC_PLUGIN_ERROR, "dn_kernel: '%s' is not chunked or recurrent",
+                          value);
+        h->opts.dn_kernel = k;
+        if (h->be) h->be->opts.dn_kernel = k;
+        return QC_PLUGIN_OK;
+    }
+    if (strcmp(key, "chunk_size") == 0) {
+        int n;
+        if (parse_int(value, 1, INT_MAX, &n))
+            return seterr(h, QC_PLUGIN_ERROR, "chunk_size: '%s' is not a positive integer",
+                          value);
+        /* The optimized backend sizes its chunk scratch at create for at least
+         * min(chunk_size, max_tokens) tokens: a larger chunk needs a new backend. */
+        if (h->be && is_optimized() && n > h->opts.chunk_size) {
+            int old = h->opts.chunk_size;
+            h->opts.chunk_size = n;
+            int rc = make_backend(h);
+            if (rc != QC_PLUGIN_OK) {
+                h->opts.chunk_size = old;
+                return rc;
+            }
+        }
+        h->opts.chunk_size = n;
+        if (h->be) h->be->opts.chunk_size = n;
+        return QC_PLUGIN_OK;
+    }
+    return seterr(h, QC_PLUGIN_UNSUPPORTED,
+                  "unknown option '%s' (known: threads, dn_kernel, chunk_size)", key);
+}
+
+/* Largest capacity <= want whose qc_state_bytes stays within budget (at least 1). */
+static int fit_context(const qc_config *cfg, int want, size_t budget) {
+    size_t fixed = qc_state_bytes(cfg, 0);
+    size_t per = qc_state_bytes(cfg, 1) - fixed;
+    if (per == 0 || fixed >= budget) return per == 0 ? want : 1;
+    size_t n = (budget - fixed) / per;
+    if (n < 1) n = 1;
+    return n < (size_t)want ? (int)n : want;
+}
+
+/* ===================================================================================== */
+/* the ABI entries                                                                        */
+/* ===================================================================================== */
+
+static void qcb_close(void *handle);
+
+static int qcb_open(const char *model_dir, const char *options, qc_plugin_info *info,
+                    void **handle) {
+    if (handle) *handle = NULL;
+    if (!model_dir || !info || !handle)
+        return seterr(NULL, QC_PLUGIN_ERROR, "open: NULL model_dir, info or handle");
+    qcb_handle *h = calloc(1, sizeof *h);
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "open: out of memory");
+    clear_err(h);
+    qc_backend_opts_default(&h->opts);
+    int rc = QC_PLUGIN_OK;
+    int want_ctx = -1, want_tok = -1;
+
+    /* options first (cheap to reject), applied after the load */
+    char opt_keys[16][64], opt_vals[16][256];
+    int n_opts = 0;
+    if (options && *options) {
+        char *buf = strdup(options);
+        if (!buf) {
+            qcb_close(h);
+            return seterr(NULL, QC_PLUGIN_ERROR, "open: out of memory");
+        }
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            char *eq = strchr(tok, '=');
+            if (!eq || eq == tok) {
+                rc = seterr(NULL, QC_PLUGIN_ERROR, "open: option '%s' is not key=value", tok);
+                break;
+            }
+            *eq = '\0';
+            const char *k = tok, *v = eq + 1;
+            if (strcmp(k, "max_context") == 0 || strcmp(k, "max_tokens") == 0) {
+                int n;
+                if (parse_int(v, 1, 1 << 30, &n)) {
+                    rc = seterr(NULL, QC_PLUGIN_ERROR,
+                                "open: %s: '%s' is not a positive integer <= 2^30", k, v);
+                    break;
+                }
+                if (strcmp(k, "max_context") == 0) want_ctx = n;
+                else want_tok = n;
+            } else if (strcmp(k, "threads") == 0 || strcmp(k, "dn_kernel") == 0 ||
+                       strcmp(k, "chunk_size") == 0) {
+                if (n_opts == 16 || strlen(k) >= sizeof opt_keys[0] ||
+                    strlen(v) >= sizeof opt_vals[0]) {
+                    rc = seterr(NULL, QC_PLUGIN_ERROR, "open: too many or too long options");
+                    break;
+                }
+                snprintf(opt_keys[n_opts], sizeof opt_keys[0], "%s", k);
+                snprintf(opt_vals[n_opts], sizeof opt_vals[0], "%s", v);
+                n_opts++;
+            } else {
+                rc = seterr(NULL, QC_PLUGIN_UNSUPPORTED,
+                            "open: unknown option '%s' (known: max_context, max_tokens, threads, "
+                            "dn_kernel, chunk_size)",
+                            k);
+                break;
+            }
+        }
+        free(buf);
+        if (rc != QC_PLUGIN_OK) {
+            qcb_close(h);
+            return rc;
+        }
+    }
+    for (int i = 0; i < n_opts; i++) {
+        rc = apply_option(h, opt_keys[i], opt_vals[i]); /* h->be is NULL: opts only */
+        if (rc != QC_PLUGIN_OK) {
+            seterr(NULL, rc, "open: %s", h->err);
+            qcb_close(h);
+            return rc;
+        }
+    }
+
+    /* the model */
+    qc_err e;
+    qc_err_clear(&e);
+    qc_status s = qc_model_load(model_dir, &h->model, &e);
+    if (s != QC_OK) {
+        qcb_close(h);
+        return seterr(NULL, QC_PLUGIN_ERROR, "open %s: %s (%s)", model_dir, e.msg,
+                      qc_status_str(s));
+    }
+    const qc_config *cfg = &h->model->cfg;
+    h->L1 = cfg->n_layers + 1;
+    h->H = cfg->hidden_size;
+    h->V = cfg->vocab_size;
+
+    /* capacity and tokens per call */
+    h->capacity = want_ctx > 0 ? want_ctx
+                               : fit_context(cfg, QCB_DEFAULT_CONTEXT, QCB_STATE_BUDGET);
+    if (want_tok > 0) {
+        if (want_tok > h->capacity) {
+            rc = seterr(NULL, QC_PLUGIN_ERROR, "open %s: max_tokens %d > max_context %d",
+                        model_dir, want_tok, h->capacity);
+            qcb_close(h);
+            return rc;
+        }
+        h->max_tokens = want_tok;
+    } else {
+        size_t per_tok = (size_t)h->L1 * h->H * sizeof(float);
+        size_t fit = QCB_HIDDEN_BUDGET / (per_tok ? per_tok : 1);
+        h->max_tokens = fit < (size_t)h->capacity ? (fit > 0 ? (int)fit : 1) : h->capacity;
+    }
+    h->opts.max_tokens = h->max_tokens;
+
+    s = qc_state_create(cfg, h->capacity, &h->st, &e);
+    if (s != QC_OK) {
+        qcb_close(h);
+        return seterr(NULL, QC_PLUGIN_ERROR, "open %s: max_context %d: %s", model_dir,
+                      want_ctx > 0 ? want_ctx : QCB_DEFAULT_CONTEXT, e.msg);
+    }
+    h->hidden = malloc((size_t)h->L1 * h->max_tokens * h->H * sizeof(float));
+    h->seen = calloc((size_t)h->L1, 1);
+    if (!h->hidden || !h->seen) {
+        qcb_close(h);
+        return seterr(NULL, QC_PLUGIN_ERROR,
+                      "open %s: out of memory for the hidden capture (%d x %d x %d floats)",
+                      model_dir, cfg->n_layers + 1, want_tok > 0 ? want_tok : h->capacity,
+                      cfg->hidden_size);
+    }
+    rc = make_backend(h);
+    if (rc != QC_PLUGIN_OK) {
+        seterr(NULL, rc, "open %s: %s", model_dir, h->err);
+        qcb_close(h);
+        return rc;
+    }
+
+    memset(info, 0, sizeof *info);
+    info->vocab_size = cfg->vocab_size;
+    info->hidden_size = cfg->hidden_size;
+    info->n_layers = cfg->n_layers;
+    info->max_tokens_per_call = h->max_tokens;
+    info->max_context_len = h->capacity;
+    info->caps = QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL | QC_CAP_DN_KERNEL |
+                 QC_CAP_CHUNK_SIZE | (is_optimized() ? QC_CAP_THREADS : 0u);
+    snprintf(info->name, sizeof info->name, "qwen-conform %s (as plugin): %s", QC_PLUGIN_BACKEND,
+             h->be->describe ? h->be->describe(h->be) : h->be->name);
+    *handle = h;
+    return QC_PLUGIN_OK;
+}
+
+static int qcb_reset(void *handle) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "reset: NULL handle");
+    clear_err(h);
+    qc_state_reset(h->st);
+    h->hidden_n = 0;
+    return QC_PLUGIN_OK;
+}
+
+static int qcb_forward(void *handle, const int32_t *tokens, int32_t n, int32_t start_pos,
+                       int32_t all_logits, float *logits) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "forward: NULL handle");
+    clear_err(h);
+    /* validation: nothing is touched (not even the last hidden states) before it passes */
+    if (!tokens) return seterr(h, QC_PLUGIN_ERROR, "forward: NULL tokens");
+    if (n < 1) return seterr(h, QC_PLUGIN_ERROR, "forward: n = %d tokens (need >= 1)", (int)n);
+    if (n > h->max_tokens)
+        return seterr(h, QC_PLUGIN_ERROR, "forward: n = %d tokens > max_tokens_per_call %d",
+                      (int)n, h->max_tokens);
+    if (start_pos < 0 || (int64_t)start_pos + n > h->capacity)
+        return seterr(h, QC_PLUGIN_ERROR,
+                      "forward: positions %d..%lld outside the capacity of %d positions",
+                      (int)start_pos, (long long)start_pos + n - 1, h->capacity);
+    /* start_pos 0 at any position: the caller reset first (no-KV recomputation) */
+    if (start_pos != h->st->pos && start_pos != 0)
+        return seterr(h, QC_PLUGIN_ERROR,
+                      "forward: start_pos %d != the %d positions consumed so far (and != 0)",
+                      (int)start_pos, h->st->pos);
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= h->V)
+            return seterr(h, QC_PLUGIN_ERROR,
+                          "forward: token %d (index %d) outside the vocabulary [0, %d)",
+                          (int)tokens[i], (int)i, h->V);
+
+    h->hidden_n = 0;
+    h->hidden_bad = 0;
+    memset(h->seen, 0, (size_t)h->L1);
+    h->cur_n = n;
+    qc_err e;
+    qc_err_clear(&e);
+    qc_status s = h->be->forward(h->be, tokens, n, start_pos, h->st, logits, all_logits ? 1 : 0,
+                                 &e);
+    h->cur_n = 0;
+    if (s != QC_OK)
+        return seterr(h, QC_PLUGIN_ERROR, "forward: %s (%s)", e.msg, qc_status_str(s));
+    h->st->pos = start_pos + n; /* the backend never advances pos; the controller does */
+    h->hidden_n = n;
+    return QC_PLUGIN_OK;
+}
+
+static void qcb_close(void *handle) {
+    qcb_handle *h = handle;
+    if (!h) return;
+    qc_backend_destroy(h->be);
+    qc_state_destroy(h->st);
+    qc_model_free(h->model);
+    free(h->hidden);
+    free(h->seen);
+    free(h);
+}
+
+static const char *qcb_last_error(void *handle) {
+    qcb_handle *h = handle;
+    return h ? h->err : g_open_err;
+}
+
+static int qcb_get_hidden(void *handle, int32_t index, float *dst) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "get_hidden: NULL handle");
+    clear_err(h);
+    if (!dst) return seterr(h, QC_PLUGIN_ERROR, "get_hidden: NULL dst");
+    if (index < 0 || index >= h->L1)
+        return seterr(h, QC_PLUGIN_ERROR, "get_hidden: index %d outside [0, %d]", (int)index,
+                      h->L1 - 1);
+    if (h->hidden_n == 0)
+        return seterr(h, QC_PLUGIN_ERROR, "get_hidden: no successful forward since open/reset");
+    if (h->hidden_bad || !h->seen[index])
+        return seterr(h, QC_PLUGIN_ERROR,
+                      "get_hidden: the backend's trace did not report hidden %d of the last "
+                      "forward",
+                      (int)index);
+    memcpy(dst, h->hidden + (size_t)index * h->max_tokens * h->H,
+           (size_t)h->hidden_n * h->H * sizeof(float));
+    return QC_PLUGIN_OK;
+}
+
+static int qcb_get_state(void *handle, int32_t layer, int32_t kind, int32_t n_pos, float *dst) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "get_state: NULL handle");
+    clear_err(h);
+    const qc_state *st = h->st;
+    if (!dst) return seterr(h, QC_PLUGIN_ERROR, "get_state: NULL dst");
+    if (layer < 0 || layer >= st->n_layers)
+        return seterr(h, QC_PLUGIN_ERROR, "get_state: layer %d outside [0, %d)", (int)layer,
+                      st->n_layers);
+    const int full = h->model->cfg.layer_types[layer] == QC_LAYER_FULL;
+    switch (kind) {
+    case QC_STATE_K_CACHE:
+    case QC_STATE_V_CACHE: {
+        if (!full)
+            return seterr(h, QC_PLUGIN_ERROR,
+                          "get_state: layer %d is a linear-attention layer (no %s)", (int)layer,
+                          kind == QC_STATE_K_CACHE ? "k_cache" : "v_cache");
+        if (n_pos < 0)
+            return seterr(h, QC_PLUGIN_ERROR, "get_state: n_pos %d < 0", (int)n_pos);
+        if (n_pos > st->max_context_len)
+            return seterr(h, QC_PLUGIN_UNSUPPORTED,
+                          "get_state: n_pos %d exceeds the capacity of %d positions", (int)n_pos,
+                          st->max_context_len);
+        const float *src = kind == QC_STATE_K_CACHE ? st->k_cache[layer] : st->v_cache[layer];
+        const size_t hd = (size_t)st->head_dim, cap = (size_t)st->max_context_len;
+        for (int g = 0; g < st->n_kv_heads; g++)
+            memcpy(dst + (size_t)g * n_pos * hd, src + (size_t)g * cap * hd,
+                   (size_t)n_pos * hd * sizeof(float));
+        return QC_PLUGIN_OK;
+    }
+    case QC_STATE_CONV:
+    case QC_STATE_RECURRENT:
+        if (full)
+            return seterr(h, QC_PLUGIN_ERROR,
+                          "get_state: layer %d is a full-attention layer (no %s)", (int)layer,
+                          kind == QC_STATE_CONV ? "conv_state" : "recurrent_state");
+        if (kind == QC_STATE_CONV)
+            memcpy(dst, st->conv_state[layer],
+                   (size_t)st->conv_dim * st->conv_kernel * sizeof(float));
+        else
+            memcpy(dst, st->recurrent_state[layer],
+                   (size_t)st->n_v_heads * st->k_dim * st->v_dim * sizeof(float));
+        return QC_PLUGIN_OK;
+    default:
+        return seterr(h, QC_PLUGIN_ERROR, "get_state: unknown kind %d", (int)kind);
+    }
+}
+
+static int qcb_fill_state(void *handle, float value) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "fill_state: NULL handle");
+    clear_err(h);
+    qc_state_fill(h->st, value); /* position left as it is */
+    return QC_PLUGIN_OK;
+}
+
+static int qcb_set_option(void *handle, const char *key, const char *value) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "set_option: NULL handle");
+    clear_err(h);
+    return apply_option(h, key, value);
+}
+
+static const qc_runtime_plugin qcb_plugin = {
+    .abi_version = QC_PLUGIN_ABI_VERSION,
+    .struct_size = (uint32_t)sizeof(qc_runtime_plugin),
+    .open = qcb_open,
+    .reset = qcb_reset,
+    .forward = qcb_forward,
+    .close = qcb_close,
+    .last_error = qcb_last_error,
+    .get_hidden = qcb_get_hidden,
+    .get_state = qcb_get_state,
+    .fill_state = qcb_fill_state,
+    .set_option = qcb_set_option,
+};
+
+QCB_EXPORT const qc_runtime_plugin *qc_runtime_plugin_entry(void);
+QCB_EXPORT const qc_runtime_plugin *qc_runtime_plugin_entry(void) { return &qcb_plugin; }

@@ -1,0 +1,1139 @@
+/* qc_check_engine.c — the check engine: runs every selected case on the backends under test.
+ *
+ * Flow per golden file: open (read-only) -> select cases (--filter, --shard) -> load the model
+ * the golden names -> model_hash -> create the backends (reference; optimized with N threads
+ * and with 1 thread for the bitwise thread check) -> per case, per backend, per mode: run
+ * (teacher-forced, hidden states captured through the trace hook), compare every tensor with
+ * the golden under the policy, run the invariants -> cross-mode / cross-backend checks ->
+ * optional dump of the actual tensors in the golden layout.
+ */
+/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "qc_check_internal.h"
+
+#include "qc/qc_cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "qc/qc_memplan.h"
+#include "qc/qc_state.h"
+#include "qc_remote.h"
+#include "qc_report_console.h"
+
+/* ===================================================================================== */
+/* running one case                                                                      */
+/* ===================================================================================== */
+
+typedef struct {
+    qc_backend *be[QC_CK_SLOTS];  /* main backends (NULL when not checked) */
+    qc_backend *alt[QC_CK_SLOTS]; /* the same backend with the other thread count (2 when the
+                                     main runs use 1, else 1) for threads_bitwise (NULL: none) */
+    int max_tokens;
+} backends;
+
+/* Profile for a case in a mode (context large enough for history + prompt + decode). */
+static void case_profile(const qc_golden_case *gc, qc_mode mode, int extra, qc_profile *p) {
+    int msl = gc->max_seq_len > 0 ? gc->max_seq_len : 128;
+    int need = gc->start_pos + gc->n_tokens + gc->n_decode;
+    int ctxlen = need > msl ? need : msl;
+    qc_profile_for_mode(p, mode, msl, ctxlen + extra);
+}
+
+static void case_input(const qc_golden_case *gc, const qc_check_opts *o, qc_case_input *in) {
+    memset(in, 0, sizeof *in);
+    in->history = gc->n_history > 0 ? gc->history : NULL;
+    in->n_history = gc->n_history;
+    in->tokens = gc->tokens;
+    in->n_tokens = gc->n_tokens;
+    in->n_decode = gc->n_decode;
+    in->forced = gc->n_decode > 0 ? gc->decode_tokens : NULL;
+    in->faults.static_no_advance = o->faults.static_no_advance;
+}
+
+/* Run with an optional hidden capture. hc may be NULL. */
+static qc_status run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+                         const qc_check_opts *o, int garbage, hcap *hc, qc_golden_case *out,
+                         qc_err *err) {
+    qc_profile p;
+    qc_case_input in;
+    case_profile(gc, mode, 0, &p);
+    case_input(gc, o, &in);
+    in.garbage_state = garbage;
+    qc_trace_fn sf = be->opts.trace;
+    void *su = be->opts.trace_user;
+    if (hc) {
+        be->opts.trace = ck_hcap_cb;
+        be->opts.trace_user = hc;
+    }
+    qc_status s = qc_run_case(be, &p, gc->name, &in, out, err);
+    be->opts.trace = sf;
+    be->opts.trace_user = su;
+    return s;
+}
+
+/* The verdict of a run that could not be made: a runtime under test that fails is a FAIL of
+ * that runtime, a capability it lacks a SKIP, anything else an ERROR of ours. */
+static qc_verdict failed_run_verdict(qc_status s) {
+    return s == QC_ERR_RUNTIME ? QC_VERDICT_FAIL
+           : s == QC_ERR_UNSUPPORTED ? QC_VERDICT_SKIP : QC_VERDICT_ERROR;
+}
+
+/* "capability 'x' not announced by <backend>" */
+static void emit_cap_skip(ctx *c, const char *case_name, const char *bname, const char *mode,
+                          const char *check, unsigned cap) {
+    char k[400];
+    snprintf(k, sizeof k, "capability '%s' not announced by %s", qc_cap_name(cap), bname);
+    ck_emit_simple(c, case_name, bname, mode, check, QC_VERDICT_SKIP, k, NULL);
+}
+
+/* One run on a state filled with NaN and then reset (through the runner, as a runtime would
+ * reuse its buffers), checked twice:
+ *   garbage_reset  its logits and states are bit-identical to the fresh run `act`;
+ *   unused_slots   the KV-cache slots beyond the used positions (capacity + 8 spare) are
+ *                  exactly +0. */
+static void check_garbage_and_slots(ctx *c, qc_backend *be, const qc_golden_case *gc,
+                                    qc_mode mode, const qc_golden_case *act) {
+    const qc_config *cfg = c->cfg;
+    const int V = cfg->vocab_size, T = gc->n_tokens, S = gc->n_decode, P = gc->start_pos;
+    qc_err err;
+    qc_err_clear(&err);
+    const int extra = 8;
+    qc_profile p;
+    case_profile(gc, mode, extra, &p);
+    qc_state *st = NULL;
+    qc_runner *r = NULL;
+    const char *mname = qc_mode_str(mode);
+    qc_golden_case gb;
+    memset(&gb, 0, sizeof gb);
+    gb.n_tokens = T, gb.n_decode = S, gb.start_pos = P;
+    gb.prefill_logits = malloc((size_t)T * V * sizeof(float));
+    gb.decode_logits = malloc(((size_t)S * V + 1) * sizeof(float));
+    const int has_state = (be->caps & QC_BE_CAP_STATE_READ) != 0;
+    qc_status s = (!gb.prefill_logits || !gb.decode_logits)
+                      ? qc_errf(&err, QC_ERR_OOM, "garbage run: out of memory")
+                      : qc_state_create(cfg, p.max_context_len, &st, &err);
+    if (!s) s = qc_runner_create(be, &p, st, &r, &err);
+    if (!s) {
+        qc_runner_faults f = {.static_no_advance = c->o->faults.static_no_advance};
+        qc_runner_set_faults(r, &f);
+        s = qc_backend_fill_state(be, st, NAN, &err);
+        if (!s) s = qc_runner_reset(r, &err);
+        if (!s && gc->n_history > 0)
+            s = qc_runner_prefill(r, gc->history, gc->n_history, 0, NULL, NULL, NULL, &err);
+        if (!s) s = qc_runner_prefill(r, gc->tokens, T, P, gb.prefill_logits, NULL, NULL, &err);
+        if (!s && has_state) s = qc_backend_sync_state(be, st, P + T, &err);
+        if (!s && has_state) s = qc_golden_state_from(cfg, st, P + T, &gb.prefill_state, &err);
+        for (int k = 0; !s && k < S; k++)
+            s = qc_runner_decode(r, gc->decode_tokens[k], gb.decode_logits + (size_t)k * V, &err);
+        if (!s && S > 0 && has_state) s = qc_backend_sync_state(be, st, P + T + S, &err);
+        if (!s && S > 0 && has_state)
+            s = qc_golden_state_from(cfg, st, P + T + S, &gb.decode_state, &err);
+    }
+    if (s) {
+        qc_verdict v = failed_run_verdict(s);
+        ck_emit_simple(c, gc->name, be->name, mname, "garbage_reset", v, err.msg, NULL);
+        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", v, err.msg, NULL);
+        goto done;
+    }
+    /* garbage_reset */
+    {
+        partlist *pl = calloc(1, sizeof *pl);
+        if (pl) {
+            ck_add_all_parts(pl, cfg, &gb, act);
+            cmp_spec cs = {.case_name = gc->name, .backend = be->name, .mode = mname,
+                           .check = "garbage_reset", .bitwise = 1,
+                           .extra = "A state filled with NaN and then reset must give exactly "
+                                    "the fresh result"};
+            ck_compare_parts(c, &cs, pl);
+            free(pl);
+        }
+    }
+    /* unused_slots: the runtime's KV slots beyond the used positions */
+    int used = P + T + S;
+    if (!has_state) {
+        emit_cap_skip(c, gc->name, be->name, mname, "unused_slots", QC_BE_CAP_STATE_READ);
+        goto done;
+    }
+    qc_err_clear(&err);
+    s = qc_backend_sync_state(be, st, p.max_context_len, &err);
+    if (s) {
+        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", failed_run_verdict(s),
+                       err.msg, NULL);
+        goto done;
+    }
+    size_t n = 0, bad = 0;
+    char first[256] = "";
+    for (int l = 0; l < cfg->n_layers; l++) {
+        if (cfg->layer_types[l] != QC_LAYER_FULL) continue;
+        for (int kv = 0; kv < 2; kv++) {
+            const float *buf = kv ? st->v_cache[l] : st->k_cache[l];
+            for (int h = 0; h < cfg->n_kv_heads; h++)
+                for (int pos = used; pos < p.max_context_len; pos++)
+                    for (int ch = 0; ch < cfg->head_dim; ch++) {
+                        float v = buf[((size_t)h * p.max_context_len + pos) * cfg->head_dim + ch];
+                        uint32_t bits;
+                        memcpy(&bits, &v, sizeof bits);
+                        n++;
+                        if (bits != 0) {
+                            if (!bad)
+                                snprintf(first, sizeof first,
+                                         "layer %d %s, kv head %d, position %d, channel %d = %g",
+                                         l, kv ? "v_cache" : "k_cache", h, pos, ch, (double)v);
+                            bad++;
+                        }
+                    }
+        }
+    }
+    char key[320];
+    if (n == 0) {
+        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", QC_VERDICT_SKIP,
+                    "no full-attention layer: no KV cache to inspect", NULL);
+    } else if (bad == 0) {
+        snprintf(key, sizeof key, "%zu unused slot values beyond position %d all exactly 0", n, used);
+        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", QC_VERDICT_PASS, key, NULL);
+    } else {
+        snprintf(key, sizeof key, "%zu / %zu unused KV-cache values are non-zero; first: %s", bad, n,
+                 first);
+        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", QC_VERDICT_FAIL, key,
+                    qc_strdup_printf("KV-cache slots beyond the %d used positions must stay "
+                                     "exactly 0 (after a NaN fill and reset)\nFirst non-zero: %s",
+                                     used, first));
+    }
+done:
+    qc_runner_destroy(r);
+    qc_state_destroy(st);
+    qc_golden_state_free(cfg, &gb.prefill_state);
+    qc_golden_state_free(cfg, &gb.decode_state);
+    free(gb.prefill_logits);
+    free(gb.decode_logits);
+}
+
+/* ===================================================================================== */
+/* localisation                                                                          */
+/* ===================================================================================== */
+
+const char *ck_layer_kind(const qc_config *cfg, int l) {
+    if (l < 0 || l >= cfg->n_layers) return "?";
+    return cfg->layer_types[l] == QC_LAYER_FULL ? "full_attention" : "linear_attention";
+}
+
+/* Hidden check + the localisation text for the (case, backend, mode) run. */
+int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap *hc,
+                    char *loc, size_t loclen) {
+    const qc_config *cfg = c->cfg;
+    const int L = cfg->n_layers, T = gc->n_tokens, H = cfg->hidden_size;
+    loc[0] = 0;
+    cmp_spec s = *base;
+    s.check = "prefill.hidden";
+    size_t n_seen = 0, n_all = (size_t)(L + 1) * T;
+    for (size_t i = 0; i < n_all; i++) n_seen += hc->seen[i];
+    if (n_seen == 0 && !hc->bad) {
+        ck_emit_simple(c, gc->name, base->backend, base->mode, s.check, QC_VERDICT_SKIP,
+                    "the backend reports no hidden states (no trace hook)", NULL);
+        snprintf(loc, loclen, "First divergent layer: unknown (no hidden states from the backend)");
+        return 0;
+    }
+    if (n_seen != n_all || hc->bad) {
+        int first_missing = -1;
+        for (int t = 0; t < T && first_missing < 0; t++)
+            for (int i = 0; i <= L; i++)
+                if (!hc->seen[(size_t)i * T + t]) {
+                    first_missing = t;
+                    break;
+                }
+        char key[320];
+        snprintf(key, sizeof key,
+                 "hidden states seen for %zu of %zu (index, position) rows; first missing "
+                 "position %d%s", n_seen, n_all, gc->start_pos + first_missing,
+                 hc->bad ? "; a trace call had a wrong width or index" : "");
+        ck_emit_simple(c, gc->name, base->backend, base->mode, s.check, QC_VERDICT_FAIL, key,
+                    qc_strdup_printf("The prefill did not produce a hidden state for every prompt "
+                                     "position: %s.\nThe runner does not visit (or does not "
+                                     "advance through) every position.", key));
+        snprintf(loc, loclen, "First divergent layer: unknown (hidden states incomplete: %s)", key);
+        return 0;
+    }
+    /* per-index verdicts (the error curve) */
+    qc_tol t;
+    char case_id[256];
+    snprintf(case_id, sizeof case_id, "%s/%s", c->stem, gc->name);
+    qc_policy_lookup(c->pol, QC_TC_HIDDEN, base->backend, base->mode, s.check, case_id,
+                     "prefill/hidden", &t, NULL);
+    int first_bad = -1;
+    char curve[2048];
+    size_t o = 0;
+    curve[0] = 0;
+    for (int i = 0; i <= L; i++) {
+        qc_metrics m;
+        qc_metrics_init(&m, 0);
+        qc_tdesc d;
+        int64_t sh[3] = {1, T, H};
+        qc_tdesc_init(&d, QC_TC_HIDDEN, "prefill/hidden", 3, sh);
+        d.atol = t.atol;
+        d.rtol = t.rtol;
+        qc_metrics_add(&m, &d, hc->hidden + (size_t)i * T * H, gc->prefill_hidden + (size_t)i * T * H);
+        int ok = qc_metrics_close(&m);
+        if (!ok && first_bad < 0) first_bad = i;
+        if (o < sizeof curve)
+            o += (size_t)snprintf(curve + o, sizeof curve - o, "%s[%d] %.2g%s", i ? ", " : "", i,
+                                  m.n_nonfinite ? INFINITY : m.max_abs, ok ? "" : "!");
+    }
+    if (first_bad < 0) {
+        snprintf(loc, loclen,
+                 "First divergent layer: none (every hidden state is within tolerance; the "
+                 "divergence is after the final norm: lm_head / logits, or in the state "
+                 "buffers)\nPer-layer max |diff| of hidden[i]: %s", curve);
+    } else if (first_bad == 0) {
+        snprintf(loc, loclen, "First divergent layer: embeddings (hidden[0])\nPer-layer max "
+                 "|diff| of hidden[i] (! = over tolerance): %s", curve);
+    } else if (first_bad == L) {
+        snprintf(loc, loclen, "First divergent layer: layer %d (%s) or the final norm "
+                 "(hidden[%d] is after the final norm)\nPer-layer max |diff| of hidden[i] "
+                 "(! = over tolerance): %s", L - 1, ck_layer_kind(cfg, L - 1), L, curve);
+    } else {
+        snprintf(loc, loclen, "First divergent layer: layer %d (%s) (hidden[%d] is its output)\n"
+                 "Per-layer max |diff| of hidden[i] (! = over tolerance): %s", first_bad - 1,
+                 ck_layer_kind(cfg, first_bad - 1), first_bad, curve);
+    }
+    partlist *pl = calloc(1, sizeof *pl);
+    if (!pl) {
+        ck_emit_simple(c, gc->name, base->backend, base->mode, s.check, QC_VERDICT_ERROR,
+                       "out of memory", NULL);
+        return first_bad >= 0;
+    }
+    qc_tdesc d;
+    int64_t sh[3] = {L + 1, T, H};
+    qc_tdesc_init(&d, QC_TC_HIDDEN, "prefill/hidden", 3, sh);
+    d.n_layers = L;
+    d.pos0 = gc->start_pos;
+    ck_pl_add(pl, &d, hc->hidden, gc->prefill_hidden);
+    s.loc_text = loc;
+    ck_compare_parts(c, &s, pl);
+    free(pl);
+    return first_bad >= 0;
+}
+
+/* When no hidden states localise: the lowest layer whose `when` ("prefill" / "decode") state
+ * fails, appended to loc as an interval the data supports. */
+void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_case *gc,
+                           const char *when, const char *backend, const char *mode, char *loc,
+                           size_t loclen) {
+    partlist *pl = calloc(1, sizeof *pl);
+    if (!pl) return;
+    int dec = !strcmp(when, "decode");
+    ck_add_state_parts(pl, c->cfg, when, -1, dec ? &act->decode_state : &act->prefill_state,
+                       dec ? &gc->decode_state : &gc->prefill_state);
+    char case_id[256];
+    snprintf(case_id, sizeof case_id, "%s/%s", c->stem, gc->name);
+    int best = -1;
+    const char *what = "";
+    for (int i = 0; i < pl->n; i++) {
+        qc_tol t;
+        qc_policy_lookup(c->pol, pl->p[i].d.cls, backend, mode, NULL, case_id, pl->p[i].d.path, &t,
+                         NULL);
+        pl->p[i].d.atol = t.atol, pl->p[i].d.rtol = t.rtol;
+        qc_metrics m;
+        qc_metrics_init(&m, 0);
+        qc_metrics_add(&m, &pl->p[i].d, pl->p[i].a, pl->p[i].g);
+        if (!qc_metrics_close(&m) && (best < 0 || pl->p[i].d.layer < best)) {
+            best = pl->p[i].d.layer;
+            what = qc_tclass_str(pl->p[i].d.cls);
+        }
+    }
+    size_t k = strlen(loc);
+    if (best >= 0) {
+        /* the last layer below `best` that has a state and passes bounds the interval */
+        int below = -1;
+        for (int i = 0; i < pl->n; i++)
+            if (pl->p[i].d.layer < best && pl->p[i].d.layer > below) below = pl->p[i].d.layer;
+        if (below >= 0)
+            snprintf(loc + k, loclen - k, "%sFirst layer whose state diverges after %s: layer %d "
+                     "(%s, %s); the divergence began at or before layer %d, after layer %d "
+                     "whose state passes", k ? "\n" : "", when, best,
+                     ck_layer_kind(c->cfg, best), what, best, below);
+        else
+            snprintf(loc + k, loclen - k, "%sFirst layer whose state diverges after %s: layer %d "
+                     "(%s, %s); the divergence began at or before layer %d", k ? "\n" : "", when,
+                     best, ck_layer_kind(c->cfg, best), what, best);
+    }
+    free(pl);
+}
+
+/* The first decode step whose logits row is over tolerance (-1: none). */
+static int first_bad_decode_step(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+                                 const char *backend, const char *mode) {
+    const int V = c->cfg->vocab_size;
+    char case_id[256];
+    snprintf(case_id, sizeof case_id, "%s/%s", c->stem, gc->name);
+    qc_tol t;
+    qc_policy_lookup(c->pol, QC_TC_LOGITS, backend, mode, "decode.logits", case_id,
+                     "decode/logits", &t, NULL);
+    for (int s = 0; s < gc->n_decode; s++) {
+        qc_tdesc d;
+        ck_desc_logits(&d, "decode/logits", 1, V, gc->start_pos + gc->n_tokens + s, 1);
+        d.atol = t.atol, d.rtol = t.rtol;
+        qc_metrics m;
+        qc_metrics_init(&m, 0);
+        qc_metrics_add(&m, &d, act->decode_logits + (size_t)s * V, gc->decode_logits + (size_t)s * V);
+        if (!qc_metrics_close(&m)) return s;
+    }
+    return -1;
+}
+
+/* ===================================================================================== */
+/* per case                                                                              */
+/* ===================================================================================== */
+
+static int mode_selected(ctx *c, const char *case_name, const char *backend, qc_mode m) {
+    if (!(c->o->modes & (1 << m))) return 0;
+    if (!c->o->has_filter) return 1;
+    char id[512];
+    snprintf(id, sizeof id, "%s/%s/%s/%s", c->stem, case_name, backend, qc_mode_str(m));
+    return regexec(&c->o->filter, id, 0, NULL, 0) == 0;
+}
+
+void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+                         const char *backend, const char *mode, const char *dump_file,
+                         const char *loc, const char *state_skip) {
+    const qc_config *cfg = c->cfg;
+    const int V = cfg->vocab_size;
+    cmp_spec s = {.case_name = gc->name, .backend = backend, .mode = mode,
+                  .vs_golden = 1, .loc_text = loc, .dump_file = dump_file};
+    partlist *pl = calloc(1, sizeof *pl);
+    if (!pl) {
+        ck_emit_simple(c, gc->name, backend, mode, "prefill.logits", QC_VERDICT_ERROR,
+                       "out of memory", NULL);
+        return;
+    }
+    qc_tdesc d;
+    /* prefill logits */
+    ck_desc_logits(&d, "prefill/logits", gc->n_tokens, V, gc->start_pos, 0);
+    ck_pl_add(pl, &d, act->prefill_logits, gc->prefill_logits);
+    s.check = "prefill.logits";
+    s.logits_stats = 1;
+    qc_verdict prefill_v = ck_compare_parts(c, &s, pl);
+    /* argmax agreement (prefill rows + teacher-forced decode rows) */
+    {
+        qc_metrics m;
+        qc_metrics_init(&m, 0);
+        qc_metrics_add_logits(&m, &d, act->prefill_logits, gc->prefill_logits,
+                              qc_policy_tie_margin(c->pol));
+        qc_tdesc dd;
+        if (gc->n_decode > 0) {
+            ck_desc_logits(&dd, "decode/logits", gc->n_decode, V, gc->start_pos + gc->n_tokens, 1);
+            qc_metrics_add_logits(&m, &dd, act->decode_logits, gc->decode_logits,
+                                  qc_policy_tie_margin(c->pol));
+        }
+        qc_metrics_finish(&m);
+        long hard = m.rows - m.top1_agree - m.top1_near_tie;
+        qc_check_row row;
+        ck_row_init(&row, c->stem, gc->name, backend, mode, "argmax");
+        row.verdict = hard == 0 ? QC_VERDICT_PASS : QC_VERDICT_FAIL;
+        snprintf(row.keyline, sizeof row.keyline, "top1 %ld/%ld rows agree (%ld near-tie flips, "
+                 "tie margin %g)", m.top1_agree, m.rows, m.top1_near_tie,
+                 qc_policy_tie_margin(c->pol));
+        if (hard) {
+            char mean[256];
+            qc_tdesc_meaning(&m.first_top1_flip.desc, m.first_top1_flip.idx, mean, sizeof mean);
+            row.detail = qc_strdup_printf("Argmax disagrees on %ld row(s) outside near-ties\nFirst "
+                                          "flip: %s: golden argmax %d, actual argmax at %s "
+                                          "(golden top1-top2 margin %.4g)%s%s",
+                                          hard, m.first_top1_flip.desc.path, m.flip_golden_arg,
+                                          mean, m.first_top1_flip.value, loc ? "\n" : "",
+                                          loc ? loc : "");
+        }
+        ck_emit(c, &row);
+    }
+    /* state checks: compared, or SKIPPED with the reason the actual run has none */
+    static const char *const pnames[] = {"prefill.k_cache", "prefill.v_cache", "prefill.conv_state",
+                                         "prefill.recurrent_state"};
+    static const char *const dnames[] = {"decode.k_cache", "decode.v_cache", "decode.conv_state",
+                                         "decode.recurrent_state"};
+    s.logits_stats = 0;
+    for (int k = QC_TC_K_CACHE; k <= QC_TC_RECURRENT_STATE; k++) {
+        memset(pl, 0, sizeof *pl);
+        ck_add_state_parts(pl, cfg, "prefill", k, &act->prefill_state, &gc->prefill_state);
+        if (pl->n == 0 && !pl->problem[0]) continue;
+        s.check = pnames[k - QC_TC_K_CACHE];
+        if (state_skip && !act->prefill_state.present)
+            ck_emit_simple(c, gc->name, backend, mode, s.check, QC_VERDICT_SKIP, state_skip, NULL);
+        else
+            ck_compare_parts(c, &s, pl);
+    }
+    if (gc->n_decode > 0) {
+        /* decode-only localisation: prefill passes, so the divergence starts in decode */
+        char dloc[4096] = "";
+        int step = first_bad_decode_step(c, gc, act, backend, mode);
+        if (prefill_v == QC_VERDICT_PASS && step >= 0) {
+            snprintf(dloc, sizeof dloc, "Prefill logits pass; the divergence starts in decode: "
+                     "first failing step %d (position %d, fed token %d)", step,
+                     gc->start_pos + gc->n_tokens + step, gc->decode_tokens[step]);
+            if (act->decode_state.present && gc->decode_state.present)
+                ck_state_localisation(c, act, gc, "decode", backend, mode, dloc, sizeof dloc);
+            else
+                snprintf(dloc + strlen(dloc), sizeof dloc - strlen(dloc), "\nNo decode state "
+                         "from the runtime: the layer cannot be named from this data");
+        }
+        const char *dl = dloc[0] ? dloc : loc;
+        memset(pl, 0, sizeof *pl);
+        ck_desc_logits(&d, "decode/logits", gc->n_decode, V, gc->start_pos + gc->n_tokens, 1);
+        ck_pl_add(pl, &d, act->decode_logits, gc->decode_logits);
+        s.check = "decode.logits";
+        s.logits_stats = 1;
+        s.loc_text = dl;
+        ck_compare_parts(c, &s, pl);
+        s.logits_stats = 0;
+        for (int k = QC_TC_K_CACHE; k <= QC_TC_RECURRENT_STATE; k++) {
+            memset(pl, 0, sizeof *pl);
+            ck_add_state_parts(pl, cfg, "decode", k, &act->decode_state, &gc->decode_state);
+            if (pl->n == 0 && !pl->problem[0]) continue;
+            s.check = dnames[k - QC_TC_K_CACHE];
+            if (state_skip && !act->decode_state.present)
+                ck_emit_simple(c, gc->name, backend, mode, s.check, QC_VERDICT_SKIP, state_skip,
+                               NULL);
+            else
+                ck_compare_parts(c, &s, pl);
+        }
+    }
+    free(pl);
+}
+
+/* A comparison of two complete runs (logits + states). */
+static void compare_runs(ctx *c, const qc_golden_case *gc, const qc_golden_case *a,
+                         const qc_golden_case *b, const char *backend, const char *mode,
+                         const char *check, int bitwise, int vs_golden, const char *extra) {
+    partlist *pl = calloc(1, sizeof *pl);
+    if (!pl) return;
+    ck_add_all_parts(pl, c->cfg, a, b);
+    cmp_spec s = {.case_name = gc->name, .backend = backend, .mode = mode, .check = check,
+                  .bitwise = bitwise, .vs_golden = vs_golden, .extra = extra,
+                  .logits_stats = vs_golden};
+    int bi = ck_slot_of(c, backend);
+    qc_mode mm;
+    if (vs_golden && qc_mode_parse(mode, &mm, NULL) == QC_OK) s.dump_file = c->dump_path[bi][mm];
+    ck_compare_parts(c, &s, pl);
+    free(pl);
+}
+
+typedef struct {
+    int have[QC_CK_SLOTS][N_MODES];            /* 1: act filled */
+    qc_golden_case act[QC_CK_SLOTS][N_MODES];  /* main results */
+} case_runs;
+
+/* The main run of one (backend, mode): vs the golden, localisation, garbage / slots, threads. */
+static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, qc_mode mode,
+                       case_runs *cr) {
+    const qc_config *cfg = c->cfg;
+    const int L = cfg->n_layers, T = gc->n_tokens, H = cfg->hidden_size;
+    qc_backend *be = bs->be[bi];
+    const char *bname = c->slot_name[bi], *mname = qc_mode_str(mode);
+    qc_err err;
+    qc_err_clear(&err);
+    hcap hc = {0};
+    int want_hidden = gc->prefill_hidden != NULL && (be->caps & QC_BE_CAP_HIDDEN);
+    if (want_hidden) {
+        hc.hidden = calloc((size_t)(L + 1) * T * H, sizeof(float));
+        hc.seen = calloc((size_t)(L + 1) * T, 1);
+        hc.L1 = L + 1, hc.T = T, hc.H = H, hc.lo = gc->start_pos;
+        if (!hc.hidden || !hc.seen) {
+            free(hc.hidden), free(hc.seen);
+            ck_emit_simple(c, gc->name, bname, mname, "run", QC_VERDICT_ERROR,
+                           "out of memory (hidden-state capture)", NULL);
+            return;
+        }
+    }
+    qc_golden_case *act = &cr->act[bi][mode];
+    qc_status s = run_one(be, gc, mode, c->o, 0, want_hidden ? &hc : NULL, act, &err);
+    if (s) {
+        ck_emit_simple(c, gc->name, bname, mname, "run", failed_run_verdict(s), err.msg, NULL);
+        free(hc.hidden), free(hc.seen);
+        return;
+    }
+    cr->have[bi][mode] = 1;
+    char loc[4096] = "";
+    cmp_spec base = {.case_name = gc->name, .backend = bname, .mode = mname,
+                     .vs_golden = 1, .dump_file = c->dump_path[bi][mode]};
+    int localised = 0;
+    if (want_hidden) localised = ck_check_hidden(c, &base, gc, &hc, loc, sizeof loc);
+    else if (gc->prefill_hidden)
+        emit_cap_skip(c, gc->name, bname, mname, "prefill.hidden", QC_BE_CAP_HIDDEN);
+    if (!localised) ck_state_localisation(c, act, gc, "prefill", bname, mname, loc, sizeof loc);
+    free(hc.hidden), free(hc.seen);
+    char state_skip[400];
+    snprintf(state_skip, sizeof state_skip, "capability '%s' not announced by %s",
+             qc_cap_name(QC_BE_CAP_STATE_READ), bname);
+    ck_vs_golden_checks(c, gc, act, bname, mname, c->dump_path[bi][mode], loc[0] ? loc : NULL,
+                        (be->caps & QC_BE_CAP_STATE_READ) ? NULL : state_skip);
+
+    if (be->caps & QC_BE_CAP_STATE_FILL) {
+        check_garbage_and_slots(c, be, gc, mode, act);
+    } else {
+        emit_cap_skip(c, gc->name, bname, mname, "garbage_reset", QC_BE_CAP_STATE_FILL);
+        emit_cap_skip(c, gc->name, bname, mname, "unused_slots", QC_BE_CAP_STATE_FILL);
+    }
+
+    /* thread counts, bitwise. Static prefill of long prompts is skipped: it runs the same
+     * one-token kernels as decode and the short cases, and its many small parallel regions are
+     * the slowest part of a run on a busy 2-core machine. */
+    if (!(be->caps & QC_BE_CAP_THREADS)) {
+        emit_cap_skip(c, gc->name, bname, mname, "threads_bitwise", QC_BE_CAP_THREADS);
+    } else if (bs->alt[bi] && (mode != QC_MODE_STATIC || T <= 8)) {
+        qc_golden_case t1;
+        qc_err_clear(&err);
+        if ((s = run_one(bs->alt[bi], gc, mode, c->o, 0, NULL, &t1, &err)) == QC_OK) {
+            char extra[160];
+            snprintf(extra, sizeof extra, "%s, %d thread(s) (actual) vs %d thread(s) (expected)",
+                     bname, bs->alt[bi]->opts.n_threads, be->opts.n_threads);
+            compare_runs(c, gc, &t1, act, bname, mname, "threads_bitwise", 1, 0, extra);
+            if (c->cal) {
+                partlist *pl = calloc(1, sizeof *pl);
+                if (pl) {
+                    ck_add_all_parts(pl, cfg, &t1, gc);
+                    for (int i = 0; i < pl->n; i++)
+                        ck_calib_measure(c, bi, CAL_KIND_GOLDEN, &pl->p[i], gc->name);
+                    free(pl);
+                }
+            }
+            qc_case_free(cfg, &t1);
+        } else {
+            ck_emit_simple(c, gc->name, bname, mname, "threads_bitwise", failed_run_verdict(s),
+                           err.msg, NULL);
+        }
+    }
+}
+
+/* Dynamic-prefill variants: chunked == recurrent DeltaNet, and the chunk-size sweep. */
+static void check_dn_variants(ctx *c, qc_backend *be, const char *bname,
+                              const qc_golden_case *gc, case_runs *cr, int bi) {
+    const qc_config *cfg = c->cfg;
+    const int T = gc->n_tokens;
+    qc_err err;
+    if (!(be->caps & QC_BE_CAP_DN_KERNEL)) {
+        emit_cap_skip(c, gc->name, bname, "dynamic", "chunked_eq_recurrent", QC_BE_CAP_DN_KERNEL);
+    } else {
+        qc_golden_case rec;
+        qc_err_clear(&err);
+        be->opts.dn_kernel = QC_DN_RECURRENT;
+        qc_status s = run_one(be, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &rec, &err);
+        be->opts.dn_kernel = QC_DN_CHUNKED;
+        if (s == QC_OK) {
+            compare_runs(c, gc, &cr->act[bi][QC_MODE_DYNAMIC], &rec, bname, "dynamic",
+                         "chunked_eq_recurrent", 0, 0,
+                         "Chunked DeltaNet (actual) vs token recurrence (expected), "
+                         "dynamic prefill");
+            qc_case_free(cfg, &rec);
+        } else {
+            ck_emit_simple(c, gc->name, bname, "dynamic", "chunked_eq_recurrent",
+                           failed_run_verdict(s), err.msg, NULL);
+        }
+    }
+    /* chunk-size sweep around the 64 boundary */
+    if (T < 63) return;
+    if (!(be->caps & QC_BE_CAP_CHUNK_SIZE)) {
+        emit_cap_skip(c, gc->name, bname, "dynamic", "chunk_sweep", QC_BE_CAP_CHUNK_SIZE);
+        return;
+    }
+    int msl = gc->max_seq_len > 0 ? gc->max_seq_len : 128;
+    int sizes[4] = {1, 3, 64, msl};
+    for (int k = 0; k < 4; k++) {
+        int dup = 0;
+        for (int j = 0; j < k; j++) dup |= sizes[j] == sizes[k];
+        if (dup) continue;
+        char name[32];
+        snprintf(name, sizeof name, "chunk_sweep.c%d", sizes[k]);
+        qc_golden_case sw;
+        int saved = be->opts.chunk_size;
+        be->opts.chunk_size = sizes[k];
+        qc_err_clear(&err);
+        qc_status s = run_one(be, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &sw, &err);
+        be->opts.chunk_size = saved;
+        if (s == QC_OK) {
+            char extra[160];
+            snprintf(extra, sizeof extra, "Dynamic prefill with DeltaNet chunk size %d vs the "
+                     "golden", sizes[k]);
+            compare_runs(c, gc, &sw, gc, bname, "dynamic", name, 0, 1, extra);
+            qc_case_free(cfg, &sw);
+        } else {
+            ck_emit_simple(c, gc->name, bname, "dynamic", name, failed_run_verdict(s), err.msg,
+                           NULL);
+        }
+    }
+}
+
+static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs *cr) {
+    for (int bi = 0; bi < QC_CK_SLOTS; bi++) {
+        qc_backend *be = bs->be[bi];
+        if (!be) continue;
+        const char *bname = c->slot_name[bi];
+        for (int mi = 0; mi < N_MODES; mi++)
+            if (mode_selected(c, gc->name, bname, (qc_mode)mi))
+                check_mode(c, bs, bi, gc, (qc_mode)mi, cr);
+        /* static == dynamic */
+        if (cr->have[bi][QC_MODE_STATIC] && cr->have[bi][QC_MODE_DYNAMIC])
+            compare_runs(c, gc, &cr->act[bi][QC_MODE_DYNAMIC], &cr->act[bi][QC_MODE_STATIC],
+                         bname, "dynamic", "static_eq_dynamic", 0, 0,
+                         "Dynamic-shape prefill (actual) vs static one-token-per-call prefill "
+                         "(expected), same backend");
+        if (cr->have[bi][QC_MODE_DYNAMIC]) check_dn_variants(c, be, bname, gc, cr, bi);
+    }
+    /* optimized == reference */
+    for (int mi = 0; mi < N_MODES; mi++)
+        if (cr->have[QC_CK_REF][mi] && cr->have[QC_CK_OPT][mi])
+            compare_runs(c, gc, &cr->act[QC_CK_OPT][mi], &cr->act[QC_CK_REF][mi],
+                         c->slot_name[QC_CK_OPT], qc_mode_str((qc_mode)mi), "opt_eq_ref", 0, 0,
+                         "Optimized backend (actual) vs reference backend (expected), same mode");
+}
+
+/* ===================================================================================== */
+/* per file                                                                              */
+/* ===================================================================================== */
+
+/* Report stem of a golden path: path relative to the --golden root without ".h5"; a final
+ * "golden" component is dropped (fixtures/<name>/golden.h5 -> "<name>"); '/' -> '-'. */
+void ck_make_stem(const char *path, const char *root, char *out, size_t n) {
+    char rel[1024];
+    size_t rl = strlen(root);
+    struct stat sb;
+    int root_is_dir = stat(root, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (root_is_dir && strncmp(path, root, rl) == 0) {
+        const char *r = path + rl;
+        while (*r == '/') r++;
+        snprintf(rel, sizeof rel, "%s", r);
+    } else {
+        const char *b = strrchr(path, '/');
+        snprintf(rel, sizeof rel, "%s", b ? b + 1 : path);
+    }
+    size_t L = strlen(rel);
+    if (L > 3 && strcmp(rel + L - 3, ".h5") == 0) rel[L - 3] = 0;
+    L = strlen(rel);
+    if (strcmp(rel, "golden") == 0 || (L > 7 && strcmp(rel + L - 7, "/golden") == 0)) {
+        if (L > 7) {
+            rel[L - 7] = 0;
+        } else {
+            /* bare golden.h5: use its directory's name */
+            char tmp[1024];
+            snprintf(tmp, sizeof tmp, "%s", path);
+            char *d = dirname(tmp);
+            char tmp2[1024];
+            snprintf(tmp2, sizeof tmp2, "%s", d);
+            snprintf(rel, sizeof rel, "%s", basename(tmp2));
+        }
+    }
+    for (char *p = rel; *p; p++)
+        if (*p == '/') *p = '-';
+    snprintf(out, n, "%s", rel);
+}
+
+static int case_selected(ctx *c, const char *case_name, int avail_backends) {
+    for (int bi = 0; bi < QC_CK_SLOTS; bi++) {
+        if (!(avail_backends & (1 << bi))) continue;
+        for (int m = 0; m < N_MODES; m++)
+            if (mode_selected(c, case_name, c->slot_name[bi], (qc_mode)m)) return 1;
+    }
+    return 0;
+}
+
+int ck_cfg_same(const qc_config *a, const qc_config *b) {
+    if (a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
+        a->intermediate_size != b->intermediate_size || a->n_layers != b->n_layers ||
+        a->n_heads != b->n_heads || a->n_kv_heads != b->n_kv_heads ||
+        a->head_dim != b->head_dim || a->lin_n_k_heads != b->lin_n_k_heads ||
+        a->lin_n_v_heads != b->lin_n_v_heads || a->lin_k_dim != b->lin_k_dim ||
+        a->lin_v_dim != b->lin_v_dim || a->conv_kernel != b->conv_kernel)
+        return 0;
+    for (int l = 0; l < a->n_layers; l++)
+        if (a->layer_types[l] != b->layer_types[l]) return 0;
+    return 1;
+}
+
+/* A backend name as a file-name component ("exec:python3 x.py" -> "exec_python3_x.py"). */
+typedef struct {
+    char s[96];
+} name_buf;
+static name_buf dump_name(const char *name) {
+    name_buf b;
+    size_t i = 0;
+    for (; name[i] && i < sizeof b.s - 1; i++) {
+        char ch = name[i];
+        b.s[i] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                         ch == '.' || ch == '-' || ch == '_'
+                     ? ch
+                     : '_';
+    }
+    b.s[i] = 0;
+    return b;
+}
+
+/* One backend of a slot: by the registry, with the test-only fault wrapper on the built-ins,
+ * the other-thread-count twin when the backend honours threads, and the capabilities row of a
+ * runtime under test (a FAIL when --require names one it lacks). */
+static void create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const qc_model *model,
+                        const qc_model *use_model, int maxctx) {
+    const char *bname = c->slot_name[bi];
+    qc_runtime_spec builtin_rs;
+    const qc_runtime_spec *rs = &c->o->ext;
+    if (bi != QC_CK_EXT) {
+        qc_registry_parse(bname, 0, &builtin_rs, NULL);
+        rs = &builtin_rs;
+    }
+    qc_backend_opts bo;
+    qc_backend_opts_default(&bo);
+    bo.max_tokens = maxctx;
+    bo.n_threads = bi == QC_CK_REF ? 0 : c->o->threads;
+    qc_err err;
+    qc_err_clear(&err);
+    /* faults are for the built-in self-test; a runtime under test loads its own model */
+    const qc_model *m = bi == QC_CK_EXT ? model : use_model;
+    qc_status s = qc_registry_create(rs, model_dir, m, &bo, &bs->be[bi], &err);
+    if (s == QC_OK && bi != QC_CK_EXT && c->o->faults.stale_conv_state)
+        s = ck_stale_wrap(bs->be[bi], &bs->be[bi], &err);
+    if (s != QC_OK) {
+        bs->be[bi] = NULL;
+        if (c->o->backends & (1 << bi))
+            ck_emit_simple(c, "_model", bname, "-", "create", failed_run_verdict(s), err.msg, NULL);
+        else if (!c->o->quiet)
+            fprintf(stderr, "qwen-conform: %s backend not available (%s); checking the others\n",
+                    bname, err.msg);
+        return;
+    }
+    qc_backend *be = bs->be[bi];
+    if (bi == QC_CK_OPT && be->describe)
+        snprintf(c->res->isa, sizeof c->res->isa, "%s", be->describe(be));
+    if (be->caps & QC_BE_CAP_THREADS) {
+        bo.n_threads = c->o->threads == 1 ? 2 : 1;
+        qc_err_clear(&err);
+        if (qc_registry_create(rs, model_dir, m, &bo, &bs->alt[bi], &err) == QC_OK &&
+            bi != QC_CK_EXT && c->o->faults.stale_conv_state)
+            ck_stale_wrap(bs->alt[bi], &bs->alt[bi], &err);
+        else if (!bs->alt[bi])
+            ck_emit_simple(c, "_model", bname, "-", "create_threads", failed_run_verdict(err.code),
+                           err.msg, NULL);
+        if (bi == QC_CK_OPT && bs->alt[bi] && bs->alt[bi]->describe &&
+            bs->alt[bi]->opts.n_threads > 1)
+            snprintf(c->res->isa, sizeof c->res->isa, "%s", bs->alt[bi]->describe(bs->alt[bi]));
+    }
+    /* capabilities */
+    unsigned caps = be->caps | (be->max_tokens_per_call != 1 ? QC_REMOTE_CAP_DYNAMIC : 0);
+    unsigned missing = c->o->require & ~caps;
+    if (bi == QC_CK_EXT || c->o->require) {
+        char have[256], miss[256], key[900];
+        qc_cap_list(caps, have, sizeof have);
+        qc_cap_list(missing, miss, sizeof miss);
+        char tpc[48], ctxs[48];
+        snprintf(tpc, sizeof tpc, be->max_tokens_per_call > 0 ? "%d" : "any",
+                 be->max_tokens_per_call);
+        snprintf(ctxs, sizeof ctxs, be->max_context_len > 0 ? "%d" : "no limit",
+                 be->max_context_len);
+        if (missing)
+            snprintf(key, sizeof key, "%s lacks the required capabilities: %s (it announces: %s)",
+                     be->describe ? be->describe(be) : bname, miss, have);
+        else
+            snprintf(key, sizeof key, "%s: capabilities %s; tokens per call %s; positions %s",
+                     be->describe ? be->describe(be) : bname, have, tpc, ctxs);
+        ck_emit_simple(c, "_model", bname, "-", "capabilities",
+                       missing ? QC_VERDICT_FAIL : QC_VERDICT_PASS, key,
+                       missing ? qc_strdup_printf("--require %s: the runtime does not announce "
+                                                  "them, so the checks that need them cannot run",
+                                                  miss)
+                               : NULL);
+    }
+}
+
+/* Write the actual tensors of one backend x mode in the golden layout. */
+static void dump_actual(ctx *c, const qc_golden *g, qc_golden_case *cases, int n, const char *path) {
+    qc_golden *d = calloc(1, sizeof *d);
+    if (!d) return;
+    *d = *g;
+    snprintf(d->generator, sizeof d->generator, "qwen-conform check %s (--dump-actual)", QC_VERSION);
+    snprintf(d->compute_dtype, sizeof d->compute_dtype, "float32");
+    snprintf(d->torch_version, sizeof d->torch_version, "%s", "");
+    char *rp = realpath(g->model_dir, NULL);
+    snprintf(d->model_path, sizeof d->model_path, "%s", rp ? rp : g->model_dir);
+    free(rp);
+    d->n_cases = n;
+    d->cases = cases;
+    qc_err err;
+    qc_err_clear(&err);
+    if (qc_golden_write(path, d, &err) != QC_OK)
+        fprintf(stderr, "qwen-conform: --dump-actual: %s\n", err.msg);
+    else if (!c->o->quiet)
+        fprintf(stderr, "qwen-conform: wrote actual tensors to %s\n", path);
+    free(d);
+}
+
+static void check_file(ctx *c, const char *path, long *case_counter) {
+    qc_err err;
+    qc_err_clear(&err);
+    qc_golden *g = NULL;
+    char stem[128];
+    ck_make_stem(path, c->o->golden, stem, sizeof stem);
+    c->stem = stem;
+    c->g = NULL;
+    c->t_row = ck_wall();
+    if (qc_golden_open(path, &g, &err) != QC_OK) {
+        qc_check_row r;
+        ck_row_init(&r, stem, "_file", "-", "-", "open");
+        r.verdict = QC_VERDICT_ERROR;
+        snprintf(r.keyline, sizeof r.keyline, "%s", err.msg);
+        snprintf(r.golden, sizeof r.golden, "%s", path);
+        r.seconds = 0;
+        qc_check_row *st = qc_results_add(c->res, &r);
+        if (st && !c->o->list && !c->o->calibrate) qc_report_console_row(stdout, st, c->o->quiet);
+        fprintf(stderr, "qwen-conform: %s\n", err.msg);
+        return;
+    }
+    c->g = g;
+    c->cfg = &g->cfg;
+    /* select cases */
+    int *sel = calloc((size_t)(g->n_cases > 0 ? g->n_cases : 1), sizeof *sel);
+    int n_sel = 0;
+    int avail = c->o->backends ? c->o->backends : (QC_BACKEND_REF | QC_BACKEND_OPT);
+    for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+        if (!c->slot_name[bi]) avail &= ~(1 << bi);
+    for (int i = 0; sel && i < g->n_cases; i++) {
+        long k = (*case_counter)++;
+        if (c->o->shard_n > 0 && (k % c->o->shard_n) != c->o->shard_i - 1) continue;
+        if (!case_selected(c, g->cases[i].name, avail)) continue;
+        sel[i] = 1;
+        n_sel++;
+        if (c->o->list) {
+            for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+                for (int m = 0; (avail & (1 << bi)) && m < N_MODES; m++)
+                    if (mode_selected(c, g->cases[i].name, c->slot_name[bi], (qc_mode)m) &&
+                        ++c->listed)
+                        printf("%s/%s/%s/%s\n", stem, g->cases[i].name, c->slot_name[bi],
+                               qc_mode_str((qc_mode)m));
+        }
+    }
+    if (c->o->list || n_sel == 0) {
+        free(sel);
+        qc_golden_free(g);
+        c->g = NULL;
+        return;
+    }
+    /* model */
+    qc_model *model = NULL;
+    if (qc_model_load(g->model_dir, &model, &err) != QC_OK) {
+        ck_emit_simple(c, "_model", "-", "-", "load", QC_VERDICT_ERROR, err.msg, NULL);
+        free(sel);
+        qc_golden_free(g);
+        c->g = NULL;
+        return;
+    }
+    /* memory plan: refuse cleanly before the backends, states and captures are allocated */
+    {
+        int ctx = 1;
+        for (int i = 0; i < g->n_cases; i++) {
+            const qc_golden_case *gc = &g->cases[i];
+            int need = gc->start_pos + gc->n_tokens + gc->n_decode;
+            if (sel[i] && need > ctx) ctx = need;
+        }
+        qc_memplan_req rq;
+        qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, "all", ctx, ctx);
+        rq.weight_bytes = qc_model_weight_bytes(model);
+        rq.nokv = 1;
+        rq.n_logit_rows = 2 * ctx;
+        rq.n_hidden_tokens = ctx;
+        rq.n_state_copies = 4;
+        if (qc_memplan_enforce(&rq, c->o->max_memory, path, NULL, &err) != QC_OK) {
+            ck_emit_simple(c, "_model", "-", "-", "memory", QC_VERDICT_ERROR, err.msg, NULL);
+            qc_model_free(model);
+            free(sel);
+            qc_golden_free(g);
+            c->g = NULL;
+            return;
+        }
+    }
+    /* model_hash */
+    int cfg_ok = ck_cfg_same(&model->cfg, &g->cfg);
+    {
+        int ch = strcmp(model->config_sha256, g->config_sha256) == 0;
+        int wh = strcmp(model->weights_sha256, g->weights_sha256) == 0;
+        if (c->o->no_hash_check) {
+            char k[320];
+            snprintf(k, sizeof k, "skipped (--no-hash-check)%s",
+                     ch && wh ? "" : "; WARNING: the model's hashes differ from the golden's");
+            ck_emit_simple(c, "_model", "-", "-", "model_hash", QC_VERDICT_SKIP, k,
+                        ch && wh ? NULL
+                                 : qc_strdup_printf("config_sha256: golden %s, model %s\n"
+                                                    "weights_sha256: golden %s, model %s",
+                                                    g->config_sha256, model->config_sha256,
+                                                    g->weights_sha256, model->weights_sha256));
+            if (!(ch && wh))
+                fprintf(stderr, "qwen-conform: warning: %s: model %s does not match the golden's "
+                        "hashes (config %s vs %s, weights %s vs %s)\n", path, g->model_dir,
+                        model->config_sha256, g->config_sha256, model->weights_sha256,
+                        g->weights_sha256);
+        } else if (ch && wh) {
+            char k[320];
+            snprintf(k, sizeof k, "config %.12s weights %.12s match the golden", g->config_sha256,
+                     g->weights_sha256);
+            ck_emit_simple(c, "_model", "-", "-", "model_hash", QC_VERDICT_PASS, k, NULL);
+        } else {
+            char k[320];
+            snprintf(k, sizeof k, "%s%s%s differs from the golden", ch ? "" : "config_sha256",
+                     !ch && !wh ? " and " : "", wh ? "" : "weights_sha256");
+            ck_emit_simple(c, "_model", "-", "-", "model_hash", QC_VERDICT_FAIL, k,
+                        qc_strdup_printf("The golden claims a different model than the one "
+                                         "loaded from %s\nconfig_sha256:  golden %s\n"
+                                         "                model  %s%s\nweights_sha256: golden %s\n"
+                                         "                model  %s%s",
+                                         g->model_dir, g->config_sha256, model->config_sha256,
+                                         ch ? "  (same)" : "  (DIFFERENT)", g->weights_sha256,
+                                         model->weights_sha256, wh ? "  (same)" : "  (DIFFERENT)"));
+        }
+    }
+    if (!cfg_ok) {
+        ck_emit_simple(c, "_model", "-", "-", "model_config", QC_VERDICT_FAIL,
+                    "the loaded model's config differs from the golden's config_json: "
+                    "numerical checks skipped", NULL);
+        qc_model_free(model);
+        free(sel);
+        qc_golden_free(g);
+        c->g = NULL;
+        return;
+    }
+    /* test-only model fault */
+    fault_model *fm = NULL;
+    const qc_model *use_model = model;
+    if (c->o->faults.norm_no_offset) {
+        if (c->o->faults.norm_layer >= model->cfg.n_layers) {
+            ck_emit_simple(c, "_model", "-", "-", "inject_fault", QC_VERDICT_ERROR,
+                        "--inject-fault norm-no-offset: layer out of range", NULL);
+        } else if (ck_fault_model_make(model, c->o->faults.norm_layer, &fm, &err) == QC_OK) {
+            use_model = &fm->m;
+        }
+    }
+    /* backends */
+    backends bs;
+    memset(&bs, 0, sizeof bs);
+    int maxctx = 0;
+    for (int i = 0; i < g->n_cases; i++) {
+        if (!sel[i]) continue;
+        qc_profile p;
+        case_profile(&g->cases[i], QC_MODE_NOKV, 8, &p);
+        if (p.max_context_len > maxctx) maxctx = p.max_context_len;
+        if (p.max_seq_len > maxctx) maxctx = p.max_seq_len;
+    }
+    bs.max_tokens = maxctx;
+    for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+        if (avail & (1 << bi)) create_slot(c, &bs, bi, g->model_dir, model, use_model, maxctx);
+    /* dump files */
+    memset(c->dump_path, 0, sizeof c->dump_path);
+    if (c->o->dump_dir)
+        for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+            for (int m = 0; bs.be[bi] && m < N_MODES; m++)
+                snprintf(c->dump_path[bi][m], sizeof c->dump_path[bi][m], "%s/%s.%s.%s.h5",
+                         c->o->dump_dir, stem, dump_name(c->slot_name[bi]).s,
+                         qc_mode_str((qc_mode)m));
+    qc_golden_case *dump[QC_CK_SLOTS][N_MODES] = {{0}};
+    int n_dump[QC_CK_SLOTS][N_MODES] = {{0}};
+    if (c->o->dump_dir)
+        for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+            for (int m = 0; m < N_MODES; m++)
+                dump[bi][m] = calloc((size_t)g->n_cases, sizeof(qc_golden_case));
+    /* cases */
+    int done = 0;
+    for (int i = 0; i < g->n_cases; i++) {
+        if (!sel[i]) continue;
+        const qc_golden_case *gc = &g->cases[i];
+        double t0 = ck_wall();
+        case_runs *cr = calloc(1, sizeof *cr);
+        if (!cr) break;
+        check_case(c, &bs, gc, cr);
+        for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+            for (int m = 0; m < N_MODES; m++) {
+                if (!cr->have[bi][m]) continue;
+                if (dump[bi][m])
+                    dump[bi][m][n_dump[bi][m]++] = cr->act[bi][m];
+                else
+                    qc_case_free(&g->cfg, &cr->act[bi][m]);
+            }
+        free(cr);
+        done++;
+        if (!c->o->quiet)
+            fprintf(stderr, "[%s] case %s done (%d/%d, %.2f s)\n", stem, gc->name, done, n_sel,
+                    ck_wall() - t0);
+    }
+    for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+        for (int m = 0; m < N_MODES; m++) {
+            if (!dump[bi][m]) continue;
+            if (n_dump[bi][m] > 0) dump_actual(c, g, dump[bi][m], n_dump[bi][m], c->dump_path[bi][m]);
+            for (int k = 0; k < n_dump[bi][m]; k++) qc_case_free(&g->cfg, &dump[bi][m][k]);
+            free(dump[bi][m]);
+        }
+    for (int bi = 0; bi < QC_CK_SLOTS; bi++) qc_backend_destroy(bs.be[bi]);
+    for (int bi = 0; bi < QC_CK_SLOTS; bi++) qc_backend_destroy(bs.alt[bi]);
+    ck_fault_model_free(fm);
+    qc_model_free(model);
+    free(sel);
+    qc_golden_free(g);
+    c->g = NULL;
+}
+
+/* ===================================================================================== */
+/* engine entry                                                                          */
+/* ===================================================================================== */
+
+int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
+    ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.pol = pol;
+    c.res = res;
+    c.cal = o->calibrate ? (calib_sink *)o->calib : NULL;
+    c.slot_name[QC_CK_REF] = "reference";
+    c.slot_name[QC_CK_OPT] = "optimized";
+    c.slot_name[QC_CK_EXT] = (o->backends & QC_BACKEND_EXT) ? o->ext.name : NULL;
+    if (o->modes == 0) o->modes = (1 << N_MODES) - 1;
+    if (o->threads <= 0) o->threads = 1;
+    double t0 = ck_wall();
+    qc_err err;
+    qc_err_clear(&err);
+    char **paths = NULL;
+    int n = 0;
+    if (qc_golden_find(o->golden, &paths, &n, &err) != QC_OK) {
+        fprintf(stderr, "qwen-conform: %s\n", err.msg);
+        return QC_EXIT_ERROR;
+    }
+    if (n == 0) {
+        fprintf(stderr, "qwen-conform: no golden files (*.h5) under %s: nothing to check\n",
+                o->golden);
+        qc_golden_paths_free(paths, n);
+        return QC_EXIT_NOTHING;
+    }
+    if (o->dump_dir) {
+        struct stat sb;
+        if (stat(o->dump_dir, &sb) != 0 && mkdir(o->dump_dir, 0777) != 0) {
+            fprintf(stderr, "qwen-conform: --dump-actual: cannot create %s: %s\n", o->dump_dir,
+                    strerror(errno));
+            qc_golden_paths_free(paths, n);
+            return QC_EXIT_ERROR;
+        }
+    }
+    if (!o->list && !o->calibrate) qc_report_console_header(stdout);
+    long counter = 0;
+    for (int i = 0; i < n; i++) {
+        if (!o->quiet && !o->list) fprintf(stderr, "[file %d/%d] %s\n", i + 1, n, paths[i]);
+        check_file(&c, paths[i], &counter);
+    }
+    qc_golden_paths_free(paths, n);
+    res->seconds = ck_wall() - t0;
+    if (o->list) return res->n_error ? QC_EXIT_ERROR : c.listed ? QC_EXIT_PASS : QC_EXIT_NOTHING;
+    if (res->n_error) return QC_EXIT_ERROR;
+    if (res->n_fail) return QC_EXIT_FAIL;
+    if (res->n_pass == 0) {
+        fprintf(stderr, "qwen-conform: nothing was checked (filter / shard selected no case)\n");
+        return QC_EXIT_NOTHING;
+    }
+    return QC_EXIT_PASS;
+}
+

@@ -1,0 +1,166 @@
+/* qc_check_internal.h — what the check engine's files share (harness-private).
+ *
+ * The engine is split by concern:
+ *   qc_check_compare.c  rows, parts, one comparison -> one row, calibration measurements
+ *   qc_check_faults.c   test-only fault wrappers (model copy, stale conv state)
+ *   qc_check_engine.c   running cases on the backends under test, invariants, localisation,
+ *                       per file, the engine entry (qc_check_run)
+ *   qc_check.c          the command lines: check, diff, calibrate
+ * Backends under test sit in slots: the two built-in backends and one runtime under test
+ * (plugin or exec adapter, named by its --backend spec).
+ */
+#ifndef QC_CHECK_INTERNAL_H
+#define QC_CHECK_INTERNAL_H
+
+#include "qc_check.h"
+
+#include <stdint.h>
+
+#include "qc/qc_backend.h"
+#include "qc/qc_golden.h"
+#include "qc/qc_model.h"
+#include "qc/qc_runcase.h"
+#include "qc_metrics.h"
+#include "qc_report_results.h"
+
+#define N_MODES 3
+/* Slots of backends under test. */
+enum { QC_CK_REF = 0, QC_CK_OPT = 1, QC_CK_EXT = 2, QC_CK_SLOTS = 3 };
+
+/* Measured noise of one (backend, class, check kind). */
+typedef struct {
+    double max_abs;      /* max |a - g| */
+    double max_rel;      /* max |a - g| / |g| over the large elements of each tensor
+                            (|g| >= 1/4 of that tensor's max |g|) */
+    double kl_max;       /* logits: max KL per row */
+    double n;            /* elements measured */
+    char where[200];     /* where max_abs was seen */
+} calib_cell;
+
+#define CAL_KIND_GOLDEN 0  /* vs the float64 golden */
+
+#define CAL_KIND_CONSIST 1 /* float32 vs float32 (static/dynamic, chunked/recurrent, opt/ref) */
+
+typedef struct {
+    calib_cell c[QC_CK_SLOTS][2][QC_TC_COUNT];
+    long tensors;          /* tensors measured */
+    /* per (stem/case, class): max |a - g| over backends, modes, kinds (to find outliers) */
+    int n_case, cap_case;
+    struct calib_case {
+        char id[200];                  /* "<stem>/<case>" */
+        double max_abs[QC_TC_COUNT];   /* per class */
+        double max_rel[QC_TC_COUNT];   /* per class, large elements (as calib_cell.max_rel) */
+        double kl_max;                 /* logits */
+    } *cases;
+} calib_sink;
+
+typedef struct {
+    qc_check_opts *o;
+    qc_policy *pol;
+    qc_results *res;
+    calib_sink *cal;
+    /* the file being checked */
+    const qc_golden *g;
+    const char *stem;
+    const qc_config *cfg;
+    char dump_path[QC_CK_SLOTS][N_MODES][1400]; /* actual file per backend x mode ("" = none) */
+    const char *slot_name[QC_CK_SLOTS];       /* backend name per slot (NULL: not checked) */
+    double t_row;                             /* start time of the current row */
+    long listed;                              /* ids printed by --list */
+} ctx;
+
+#define MAX_PARTS (4 * QC_MAX_LAYERS + 8)
+
+typedef struct {
+    qc_tdesc d;        /* shape, meaning, class (tolerance filled at compare time) */
+    const float *a;    /* actual */
+    const float *g;    /* golden / the other side */
+} part;
+
+typedef struct {
+    part p[MAX_PARTS];
+    int n;
+    char problem[512]; /* a structural mismatch (shape, n_pos): the check fails with it */
+} partlist;
+
+typedef struct {
+    const char *case_name;  /* case */
+    const char *backend;    /* backend under test */
+    const char *mode;       /* mode column */
+    const char *check;      /* check name */
+    int bitwise;            /* exact comparison */
+    int logits_stats;       /* top-1 / KL on logits parts */
+    int vs_golden;          /* 1: g is the golden (h5diff line, calibration kind) */
+    const char *dump_file;  /* actual file for the h5diff line (vs_golden) or NULL */
+    const char *loc_text;   /* localisation to append on failure (may be NULL) */
+    const char *extra;      /* extra detail line (may be NULL) */
+} cmp_spec;
+
+typedef struct {
+    float *hidden;          /* [L+1, T, H] */
+    unsigned char *seen;    /* [L+1, T] */
+    int L1, T, H;           /* L+1, prompt length, hidden size */
+    int lo;                 /* absolute position of prompt row 0 */
+    int bad;                /* a call with an unexpected width / index */
+} hcap;
+
+/* (c) a model copy whose zero-centred norm weights w' satisfy 1 + w' = w, so a correct
+ * (1 + w') norm computes what a buggy "w" norm would. */
+typedef struct {
+    qc_model m;                 /* the copy handed to the backend */
+    qc_layer_weights *layers;   /* [L] copied views */
+    float **bufs;               /* owned F32 buffers */
+    int n_bufs;
+} fault_model;
+
+/* ---- qc_check_compare.c ---- */
+double ck_wall(void);
+/* The slot of a backend name in c (0 when unknown). */
+int ck_slot_of(const ctx *c, const char *name);
+/* Add a row to the results and stream it to the console. */
+void ck_emit(ctx *c, qc_check_row *row);
+void ck_row_init(qc_check_row *r, const char *stem, const char *case_name, const char *backend,
+                 const char *mode, const char *check);
+/* A row without metrics; detail (may be NULL) is taken over by the results. */
+void ck_emit_simple(ctx *c, const char *case_name, const char *backend, const char *mode,
+                    const char *check, qc_verdict v, const char *keyline, char *detail);
+void ck_pl_add(partlist *pl, const qc_tdesc *d, const float *a, const float *g);
+void ck_desc_logits(qc_tdesc *d, const char *path, int rows, int V, int pos0, int decode);
+/* The state tensors of class cls (every class when cls < 0) at "prefill" / "decode". */
+void ck_add_state_parts(partlist *pl, const qc_config *cfg, const char *when, int cls,
+                        const qc_golden_state *a, const qc_golden_state *g);
+/* Every tensor of a run: prefill + decode logits and both states. */
+void ck_add_all_parts(partlist *pl, const qc_config *cfg, const qc_golden_case *a,
+                      const qc_golden_case *g);
+void ck_calib_measure(ctx *c, int slot, int kind, const part *p, const char *case_name);
+struct calib_case *ck_calib_case_get(calib_sink *cs, const char *stem, const char *cname);
+/* One comparison -> one row; returns its verdict. */
+qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl);
+/* The trace hook that fills an hcap. */
+void ck_hcap_cb(void *user, int index, const char *name, int start_pos, int n_tokens, int dim,
+                const float *data);
+
+/* ---- qc_check_faults.c ---- */
+qc_status ck_fault_model_make(const qc_model *src, int layer, fault_model **out, qc_err *err);
+void ck_fault_model_free(fault_model *fm);
+/* Wrap inner so that conv_state keeps stale columns after a reset (takes inner over). */
+qc_status ck_stale_wrap(qc_backend *inner, qc_backend **out, qc_err *err);
+
+/* ---- qc_check_engine.c ---- */
+const char *ck_layer_kind(const qc_config *cfg, int l);
+/* prefill.hidden row + localisation text; returns 1 when it names a divergent layer. */
+int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap *hc, char *loc,
+                    size_t loclen);
+/* Append to loc the lowest layer whose `when` ("prefill" / "decode") state fails. */
+void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_case *gc,
+                           const char *when, const char *backend, const char *mode, char *loc,
+                           size_t loclen);
+/* Every check of one run against the golden. state_skip: NULL, or why the actual run has no
+ * state buffers (the state checks are then SKIPPED with it). */
+void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+                         const char *backend, const char *mode, const char *dump_file,
+                         const char *loc, const char *state_skip);
+void ck_make_stem(const char *path, const char *root, char *out, size_t n);
+int ck_cfg_same(const qc_config *a, const qc_config *b);
+
+#endif /* QC_CHECK_INTERNAL_H */

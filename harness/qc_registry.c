@@ -1,0 +1,276 @@
+/* qc_registry.c — the backend registry (see qc_registry.h): the built-in table, plugin
+ * loading, exec adapters and the shipped llama.cpp plugin. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "qc_registry.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qc/qc_runtime_plugin.h"
+#include "qc_exec.h"
+#include "qc_remote.h"
+
+/* ===================================================================================== */
+/* built-in backends                                                                     */
+/* ===================================================================================== */
+
+typedef struct {
+    const char *name;
+    qc_status (*create)(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
+                        qc_err *err);
+    unsigned caps;
+} builtin_entry;
+
+static const builtin_entry builtins[] = {
+    {"reference", qc_reference_create, QC_BE_CAP_ALL & ~QC_BE_CAP_THREADS},
+    {"optimized", qc_optimized_create, QC_BE_CAP_ALL},
+};
+#define N_BUILTINS (sizeof builtins / sizeof builtins[0])
+
+static const builtin_entry *builtin_find(const char *name) {
+    for (size_t i = 0; i < N_BUILTINS; i++)
+        if (!strcmp(builtins[i].name, name)) return &builtins[i];
+    return NULL;
+}
+
+int qc_registry_is_builtin(const char *name) { return builtin_find(name) != NULL; }
+
+unsigned qc_registry_builtin_caps(const char *name) {
+    const builtin_entry *b = builtin_find(name);
+    return b ? b->caps : 0;
+}
+
+/* ===================================================================================== */
+/* parsing                                                                               */
+/* ===================================================================================== */
+
+/* Where the llama.cpp plugin is: $QC_LLAMACPP_PLUGIN, else the cache ci/llamacpp fills. */
+static void llamacpp_plugin_path(char *out, size_t n) {
+    const char *env = getenv("QC_LLAMACPP_PLUGIN");
+    if (env && env[0]) {
+        snprintf(out, n, "%s", env);
+        return;
+    }
+    const char *cache = getenv("QC_CACHE");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (cache && cache[0])
+        snprintf(out, n, "%s/llamacpp/libqc_plugin_llamacpp.so", cache);
+    else if (xdg && xdg[0])
+        snprintf(out, n, "%s/qwen-conform/llamacpp/libqc_plugin_llamacpp.so", xdg);
+    else
+        snprintf(out, n, "%s/.cache/qwen-conform/llamacpp/libqc_plugin_llamacpp.so",
+                 home ? home : "");
+}
+
+/* "PATH[,options]" -> path, options. */
+static void split_options(const char *v, char *path, size_t np, char *opts, size_t no) {
+    const char *comma = strchr(v, ',');
+    if (comma) {
+        snprintf(path, np, "%.*s", (int)(comma - v), v);
+        snprintf(opts, no, "%s", comma + 1);
+    } else {
+        snprintf(path, np, "%s", v);
+        opts[0] = 0;
+    }
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* The command that serves plugin `spec` (PATH[,opts]) in a child process. */
+static qc_status isolate_cmd(const char *spec, char *cmd, size_t n, qc_err *err) {
+    char self[1024];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) return qc_errf(err, QC_ERR_IO, "isolate: cannot find the qwen-conform binary");
+    self[k] = 0;
+    if (strchr(spec, '\'') || strchr(self, '\''))
+        return qc_errf(err, QC_ERR_ARG, "isolate: a path with a single quote is not supported");
+    snprintf(cmd, n, "'%s' adapter-serve '%s'", self, spec);
+    return QC_OK;
+}
+
+qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec *out,
+                            qc_err *err) {
+    memset(out, 0, sizeof *out);
+    out->timeout_s = timeout_s > 0 ? timeout_s : 60.0;
+    if (!spec || !spec[0]) return qc_errf(err, QC_ERR_ARG, "--backend: empty value");
+    if (builtin_find(spec)) {
+        out->kind = QC_RT_BUILTIN;
+        snprintf(out->name, sizeof out->name, "%s", spec);
+        snprintf(out->target, sizeof out->target, "%s", spec);
+        return QC_OK;
+    }
+    if (!strncmp(spec, "plugin:", 7)) {
+        out->kind = QC_RT_PLUGIN;
+        split_options(spec + 7, out->target, sizeof out->target, out->options, sizeof out->options);
+        if (!out->target[0]) return qc_errf(err, QC_ERR_ARG, "--backend plugin: needs a path");
+        snprintf(out->name, sizeof out->name, "plugin:%s", base_name(out->target));
+        return QC_OK;
+    }
+    if (!strncmp(spec, "exec:", 5)) {
+        out->kind = QC_RT_EXEC;
+        snprintf(out->target, sizeof out->target, "%s", spec + 5);
+        if (!out->target[0]) return qc_errf(err, QC_ERR_ARG, "--backend exec: needs a command");
+        snprintf(out->name, sizeof out->name, "exec:%.60s%s", out->target,
+                 strlen(out->target) > 60 ? "..." : "");
+        return QC_OK;
+    }
+    if (!strncmp(spec, "isolate:plugin:", 15)) {
+        out->kind = QC_RT_EXEC;
+        qc_status s = isolate_cmd(spec + 15, out->target, sizeof out->target, err);
+        if (s) return s;
+        char path[1024], opts[1024];
+        split_options(spec + 15, path, sizeof path, opts, sizeof opts);
+        snprintf(out->name, sizeof out->name, "plugin:%s", base_name(path));
+        return QC_OK;
+    }
+    if (!strcmp(spec, "llamacpp") || !strncmp(spec, "llamacpp,", 9)) {
+        char path[1024], spec2[2100];
+        llamacpp_plugin_path(path, sizeof path);
+        snprintf(spec2, sizeof spec2, "%s%s", path, spec + 8);
+        struct stat sb;
+        if (stat(path, &sb) != 0)
+            return qc_errf(err, QC_ERR_ARG, "--backend llamacpp: the llama.cpp plugin %s does not "
+                           "exist: build it with `ci/llamacpp setup` (or set QC_LLAMACPP_PLUGIN)",
+                           path);
+        const char *inproc = getenv("QC_LLAMACPP_INPROCESS");
+        if (inproc && !strcmp(inproc, "1")) {
+            out->kind = QC_RT_PLUGIN;
+            split_options(spec2, out->target, sizeof out->target, out->options,
+                          sizeof out->options);
+        } else {
+            /* out of process: llama.cpp aborts (GGML_ASSERT) on some models */
+            out->kind = QC_RT_EXEC;
+            qc_status s = isolate_cmd(spec2, out->target, sizeof out->target, err);
+            if (s) return s;
+        }
+        snprintf(out->name, sizeof out->name, "llamacpp");
+        return QC_OK;
+    }
+    return qc_errf(err, QC_ERR_ARG, "--backend: '%s' is not reference, optimized, all, "
+                   "plugin:PATH.so[,k=v...], exec:\"CMD ARGS\", isolate:plugin:PATH.so or "
+                   "llamacpp[,k=v...]", spec);
+}
+
+/* ===================================================================================== */
+/* plugins                                                                               */
+/* ===================================================================================== */
+
+qc_status qc_plugin_load(const char *path, const qc_runtime_plugin **api, void **dl,
+                         qc_err *err) {
+    *api = NULL;
+    *dl = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return qc_errf(err, QC_ERR_ARG, "%s: plugin file does not exist", path);
+    /* dlopen searches the library path for names without a '/' */
+    char full[2100];
+    snprintf(full, sizeof full, "%s%s", strchr(path, '/') ? "" : "./", path);
+    void *h = dlopen(full, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return qc_errf(err, QC_ERR_ARG, "%s: cannot load the plugin: %s", path, dlerror());
+    qc_runtime_plugin_entry_fn entry;
+    void *sym = dlsym(h, QC_PLUGIN_ENTRY_SYMBOL);
+    memcpy(&entry, &sym, sizeof entry);
+    if (!sym) {
+        dlclose(h);
+        return qc_errf(err, QC_ERR_ARG, "%s: not a qwen-conform plugin (no symbol %s)", path,
+                       QC_PLUGIN_ENTRY_SYMBOL);
+    }
+    const qc_runtime_plugin *p = entry();
+    if (!p) {
+        dlclose(h);
+        return qc_errf(err, QC_ERR_ARG, "%s: %s() returned NULL", path, QC_PLUGIN_ENTRY_SYMBOL);
+    }
+    if (p->abi_version != QC_PLUGIN_ABI_VERSION) {
+        unsigned v = p->abi_version;
+        dlclose(h);
+        return qc_errf(err, QC_ERR_ARG, "%s: plugin ABI version %u, this qwen-conform speaks %u",
+                       path, v, QC_PLUGIN_ABI_VERSION);
+    }
+    if (p->struct_size < QC_PLUGIN_V1_SIZE) {
+        unsigned sz = p->struct_size;
+        dlclose(h);
+        return qc_errf(err, QC_ERR_ARG, "%s: plugin struct_size %u < %zu (the v1 struct)", path,
+                       sz, (size_t)QC_PLUGIN_V1_SIZE);
+    }
+    const char *missing = !p->open ? "open" : !p->reset ? "reset" : !p->forward ? "forward"
+                          : !p->close ? "close" : !p->last_error ? "last_error" : NULL;
+    if (missing) {
+        dlclose(h);
+        return qc_errf(err, QC_ERR_ARG, "%s: the plugin lacks the mandatory entry '%s'", path,
+                       missing);
+    }
+    *api = p;
+    *dl = h;
+    return QC_OK;
+}
+
+/* ===================================================================================== */
+/* exec adapters: the dims hook                                                          */
+/* ===================================================================================== */
+
+static void exec_set_dims(void *handle, const qc_config *cfg) {
+    qc_exec_dims d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = cfg->n_layers;
+    d.vocab = cfg->vocab_size;
+    d.hidden = cfg->hidden_size;
+    for (int l = 0; l < cfg->n_layers && l < QC_MAX_LAYERS; l++)
+        d.layer_full[l] = cfg->layer_types[l] == QC_LAYER_FULL;
+    d.n_kv_heads = cfg->n_kv_heads;
+    d.head_dim = cfg->head_dim;
+    d.conv_dim = qc_cfg_conv_dim(cfg);
+    d.conv_kernel = cfg->conv_kernel;
+    d.n_v_heads = cfg->lin_n_v_heads;
+    d.k_dim = cfg->lin_k_dim;
+    d.v_dim = cfg->lin_v_dim;
+    qc_exec_set_dims(handle, &d);
+}
+
+/* ===================================================================================== */
+/* create                                                                                */
+/* ===================================================================================== */
+
+qc_status qc_registry_create(const qc_runtime_spec *rs, const char *model_dir, const qc_model *m,
+                             const qc_backend_opts *o, qc_backend **out, qc_err *err) {
+    *out = NULL;
+    if (rs->kind == QC_RT_BUILTIN) {
+        const builtin_entry *b = builtin_find(rs->target);
+        if (!b) return qc_errf(err, QC_ERR_ARG, "unknown built-in backend '%s'", rs->target);
+        return b->create(m, o, out, err);
+    }
+    qc_plugin_info info;
+    memset(&info, 0, sizeof info);
+    void *handle = NULL;
+    const qc_runtime_plugin *api = NULL;
+    qc_remote_hooks hooks = {0};
+    if (rs->kind == QC_RT_PLUGIN) {
+        void *dl = NULL;
+        qc_status s = qc_plugin_load(rs->target, &api, &dl, err);
+        if (s) return s;
+        /* the library stays loaded for the life of the process (handles may outlive us) */
+        if (api->open(model_dir, rs->options, &info, &handle) != QC_PLUGIN_OK) {
+            const char *le = api->last_error(handle);
+            qc_errf(err, QC_ERR_RUNTIME, "%s: open(%s) failed: %s", rs->name, model_dir,
+                    le && le[0] ? le : "(no error text)");
+            if (handle) api->close(handle);
+            return QC_ERR_RUNTIME;
+        }
+    } else {
+        qc_status s = qc_exec_open(rs->target, rs->timeout_s, model_dir, rs->options, &info,
+                                   &handle, err);
+        if (s) return s;
+        api = qc_exec_api();
+        hooks.want_hidden = qc_exec_want_hidden;
+        hooks.set_dims = exec_set_dims;
+    }
+    return qc_remote_backend_create(rs->name, api, handle, &info, &hooks, m, o, out, err);
+}

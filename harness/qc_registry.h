@@ -1,0 +1,52 @@
+/* qc_registry.h — the backend registry: every name `--backend` accepts, and how each is made.
+ *
+ *   reference, optimized        the built-in backends (table in qc_registry.c)
+ *   plugin:PATH.so[,k=v...]     a shared library exporting the plugin ABI (qc_runtime_plugin.h),
+ *                               loaded in-process; the text after the first ',' is its options
+ *   exec:CMD ARGS               a child process speaking the adapter protocol
+ *                               (docs/adapter-protocol.md), started with /bin/sh -c
+ *   llamacpp[,k=v...]           the shipped llama.cpp plugin ($QC_LLAMACPP_PLUGIN, else the
+ *                               cache that ci/llamacpp builds), run out of process by default
+ *                               (a llama.cpp abort must not take the harness down)
+ *   isolate:SPEC                run a plugin SPEC in a child `qwen-conform adapter-serve`
+ *
+ * Parsing never loads anything (usage errors first); creation loads and opens.
+ */
+#ifndef QC_REGISTRY_H
+#define QC_REGISTRY_H
+
+#include "qc/qc_backend.h"
+#include "qc/qc_runtime_plugin.h"
+
+typedef enum { QC_RT_BUILTIN = 0, QC_RT_PLUGIN = 1, QC_RT_EXEC = 2 } qc_rt_kind;
+
+typedef struct {
+    qc_rt_kind kind;
+    char name[512];      /* in reports: "reference", "plugin:libx.so", "exec:python3 a.py",
+                            "llamacpp" */
+    char target[2048];   /* builtin name, plugin path or exec command */
+    char options[1024];  /* plugin options ("" = none) */
+    double timeout_s;    /* exec: per-request timeout */
+} qc_runtime_spec;
+
+/* Parse a --backend value. QC_ERR_ARG naming the value and the accepted forms. */
+qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec *out,
+                            qc_err *err);
+/* 1 for the built-in names. */
+int qc_registry_is_builtin(const char *name);
+/* Create (and, for plugins / exec, open the model directory). model_dir: the checkpoint the
+ * runtime loads itself (m is the harness's own load of it, for the dims). Errors: QC_ERR_ARG
+ * (cannot load the plugin / start the command: a usage problem, exit 2), QC_ERR_RUNTIME (the
+ * runtime started but failed to open the model: a FAIL of that runtime). */
+qc_status qc_registry_create(const qc_runtime_spec *rs, const char *model_dir, const qc_model *m,
+                             const qc_backend_opts *o, qc_backend **out, qc_err *err);
+
+/* The capabilities a built-in backend has (QC_BE_CAP_*), without building it. */
+unsigned qc_registry_builtin_caps(const char *name);
+
+/* Load a plugin library: dlopen, the entry symbol, ABI version / size / mandatory entries.
+ * *dl receives the library handle (dlclose it after closing every runtime handle). */
+qc_status qc_plugin_load(const char *path, const qc_runtime_plugin **api, void **dl,
+                         qc_err *err);
+
+#endif /* QC_REGISTRY_H */

@@ -1,0 +1,327 @@
+/* qc_remote.c — a runtime behind the plugin ABI vtable as a qc_backend (see qc_remote.h).
+ *
+ * forward: pushes changed settings (dn_kernel, chunk_size) through set_option, calls the
+ * runtime, then feeds the trace hook from get_hidden. sync_state: copies get_state's canonical
+ * [nkv, n_pos, hd] caches into the mirror's [nkv, capacity, hd] buffers. reset / fill_state go
+ * to the runtime; the mirror is reset / filled by qc_backend_reset / qc_backend_fill_state.
+ */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "qc_remote.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ===================================================================================== */
+/* capability names                                                                      */
+/* ===================================================================================== */
+
+static const struct {
+    unsigned bit;
+    const char *name;
+} cap_names[] = {
+    {QC_CAP_HIDDEN, "hidden"},         {QC_CAP_STATE_READ, "state_read"},
+    {QC_CAP_STATE_FILL, "state_fill"}, {QC_CAP_THREADS, "threads"},
+    {QC_CAP_DN_KERNEL, "dn_kernel"},   {QC_CAP_CHUNK_SIZE, "chunk_size"},
+    {QC_REMOTE_CAP_DYNAMIC, "dynamic"},
+};
+#define N_CAP_NAMES (sizeof cap_names / sizeof cap_names[0])
+
+const char *qc_cap_name(unsigned bit) {
+    for (size_t i = 0; i < N_CAP_NAMES; i++)
+        if (cap_names[i].bit == bit) return cap_names[i].name;
+    return "?";
+}
+
+void qc_cap_list(unsigned bits, char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < N_CAP_NAMES && o < n; i++)
+        if (bits & cap_names[i].bit)
+            o += (size_t)snprintf(buf + o, n - o, "%s%s", o ? ", " : "", cap_names[i].name);
+    if (!buf[0]) snprintf(buf, n, "none");
+}
+
+qc_status qc_cap_parse(const char *list, unsigned *bits, qc_err *err) {
+    *bits = 0;
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", list);
+    char *save = NULL;
+    for (char *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        size_t i = 0;
+        while (i < N_CAP_NAMES && strcmp(cap_names[i].name, t)) i++;
+        if (i == N_CAP_NAMES)
+            return qc_errf(err, QC_ERR_ARG, "--require: unknown capability '%s' (hidden, "
+                           "state_read, state_fill, threads, dn_kernel, chunk_size, dynamic)", t);
+        *bits |= cap_names[i].bit;
+    }
+    return QC_OK;
+}
+
+/* ===================================================================================== */
+/* the backend                                                                           */
+/* ===================================================================================== */
+
+typedef struct {
+    const qc_runtime_plugin *api;
+    void *h;                  /* the runtime's handle (owned) */
+    qc_plugin_info info;
+    qc_remote_hooks hooks;
+    char name[512];           /* "plugin:libx.so", "exec:..." */
+    char desc[700];           /* name + the runtime's own name */
+    float *logits_scratch;    /* [max_tokens, V] when the caller wants no logits */
+    float *hidden_buf;        /* [max_tokens, H] one hidden index at a time */
+    float *state_buf;         /* [max(nkv * cap * hd, C*K, nv*dk*dv)] one state buffer */
+    size_t state_buf_n;       /* floats in state_buf */
+    int sent_dn_kernel;       /* last dn_kernel pushed (-1 none) */
+    int sent_chunk_size;      /* last chunk_size pushed (-1 none) */
+} remote;
+
+static qc_status rt_fail(remote *R, qc_err *err, const char *what) {
+    const char *le = R->api->last_error ? R->api->last_error(R->h) : NULL;
+    return qc_errf(err, QC_ERR_RUNTIME, "%s: %s failed: %s", R->name, what,
+                   le && le[0] ? le : "(no error text)");
+}
+
+static qc_status rt_option(remote *R, const char *key, const char *value, qc_err *err) {
+    if (!R->api->set_option) return qc_errf(err, QC_ERR_RUNTIME, "%s: no set_option", R->name);
+    if (R->api->set_option(R->h, key, value) != QC_PLUGIN_OK) {
+        char what[160];
+        snprintf(what, sizeof what, "set_option(%s=%s)", key, value);
+        return rt_fail(R, err, what);
+    }
+    return QC_OK;
+}
+
+/* Push the settings the check engine changes between calls. */
+static qc_status rt_sync_opts(qc_backend *be, remote *R, qc_err *err) {
+    qc_status s = QC_OK;
+    if ((be->caps & QC_BE_CAP_DN_KERNEL) && (int)be->opts.dn_kernel != R->sent_dn_kernel) {
+        s = rt_option(R, "dn_kernel", be->opts.dn_kernel == QC_DN_RECURRENT ? "recurrent" : "chunked",
+                      err);
+        if (!s) R->sent_dn_kernel = (int)be->opts.dn_kernel;
+    }
+    if (!s && (be->caps & QC_BE_CAP_CHUNK_SIZE) && be->opts.chunk_size != R->sent_chunk_size) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", be->opts.chunk_size);
+        s = rt_option(R, "chunk_size", v, err);
+        if (!s) R->sent_chunk_size = be->opts.chunk_size;
+    }
+    return s;
+}
+
+static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
+                            qc_state *st, float *logits, int all_logits, qc_err *err) {
+    remote *R = be->impl;
+    const qc_config *cfg = &be->model->cfg;
+    (void)st;
+    if (n < 1 || n > be->opts.max_tokens)
+        return qc_errf(err, QC_ERR_RANGE, "%s: n = %d outside 1..%d", R->name, n,
+                       be->opts.max_tokens);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= cfg->vocab_size)
+            return qc_errf(err, QC_ERR_RANGE, "%s: token %d (index %d) outside [0, %d)", R->name,
+                           tokens[i], i, cfg->vocab_size);
+    qc_status s = rt_sync_opts(be, R, err);
+    if (s) return s;
+    int want_hidden = be->opts.trace && (be->caps & QC_BE_CAP_HIDDEN);
+    if (R->hooks.want_hidden) R->hooks.want_hidden(R->h, want_hidden);
+    float *dst = logits ? logits : R->logits_scratch;
+    int all = logits ? all_logits : 0;
+    if (R->api->forward(R->h, tokens, n, start_pos, all, dst) != QC_PLUGIN_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "forward(n=%d, start_pos=%d)", n, start_pos);
+        return rt_fail(R, err, what);
+    }
+    if (want_hidden) {
+        for (int i = 0; i <= cfg->n_layers; i++) {
+            if (R->api->get_hidden(R->h, i, R->hidden_buf) != QC_PLUGIN_OK) {
+                char what[64];
+                snprintf(what, sizeof what, "get_hidden(%d)", i);
+                return rt_fail(R, err, what);
+            }
+            be->opts.trace(be->opts.trace_user, i, "hidden", start_pos, n, cfg->hidden_size,
+                           R->hidden_buf);
+        }
+    }
+    return QC_OK;
+}
+
+static qc_status rm_reset(qc_backend *be, qc_err *err) {
+    remote *R = be->impl;
+    if (R->api->reset(R->h) != QC_PLUGIN_OK) return rt_fail(R, err, "reset");
+    /* a fresh child (exec adapters restart after a failure) has the default settings */
+    R->sent_dn_kernel = R->sent_chunk_size = -1;
+    return QC_OK;
+}
+
+static qc_status rm_fill(qc_backend *be, float v, qc_err *err) {
+    remote *R = be->impl;
+    if (!R->api->fill_state) return qc_errf(err, QC_ERR_UNSUPPORTED, "%s: no fill_state", R->name);
+    if (R->api->fill_state(R->h, v) != QC_PLUGIN_OK) return rt_fail(R, err, "fill_state");
+    return QC_OK;
+}
+
+/* One buffer of layer l into the mirror. */
+static qc_status sync_one(remote *R, const qc_config *cfg, qc_state *st, int l, int kind,
+                          int n_pos, qc_err *err) {
+    float *dst;
+    size_t n;
+    if (kind == QC_STATE_K_CACHE || kind == QC_STATE_V_CACHE) {
+        dst = kind == QC_STATE_K_CACHE ? st->k_cache[l] : st->v_cache[l];
+        n = (size_t)cfg->n_kv_heads * n_pos * cfg->head_dim;
+    } else if (kind == QC_STATE_CONV) {
+        dst = st->conv_state[l];
+        n = (size_t)qc_cfg_conv_dim(cfg) * cfg->conv_kernel;
+    } else {
+        dst = st->recurrent_state[l];
+        n = (size_t)cfg->lin_n_v_heads * cfg->lin_k_dim * cfg->lin_v_dim;
+    }
+    if (n > R->state_buf_n) return qc_errf(err, QC_ERR_RANGE, "%s: state buffer too small", R->name);
+    int rc = R->api->get_state(R->h, l, kind, n_pos, R->state_buf);
+    if (rc == QC_PLUGIN_UNSUPPORTED) {
+        const char *le = R->api->last_error(R->h);
+        return qc_errf(err, QC_ERR_UNSUPPORTED, "%s: cannot expose %d cache positions: %s",
+                       R->name, n_pos, le ? le : "");
+    }
+    if (rc != QC_PLUGIN_OK) {
+        static const char *const kn[] = {"k_cache", "v_cache", "conv_state", "recurrent_state"};
+        char what[96];
+        snprintf(what, sizeof what, "get_state(layer %d, %s, n_pos %d)", l, kn[kind], n_pos);
+        return rt_fail(R, err, what);
+    }
+    if (kind == QC_STATE_K_CACHE || kind == QC_STATE_V_CACHE) {
+        const size_t row = (size_t)cfg->head_dim;
+        for (int h = 0; h < cfg->n_kv_heads; h++)
+            memcpy(dst + (size_t)h * st->max_context_len * row,
+                   R->state_buf + (size_t)h * n_pos * row, (size_t)n_pos * row * sizeof(float));
+    } else {
+        memcpy(dst, R->state_buf, n * sizeof(float));
+    }
+    return QC_OK;
+}
+
+static qc_status rm_sync(qc_backend *be, qc_state *st, int n_pos, qc_err *err) {
+    remote *R = be->impl;
+    const qc_config *cfg = &be->model->cfg;
+    if (n_pos < 0 || n_pos > st->max_context_len)
+        return qc_errf(err, QC_ERR_RANGE, "%s: sync of %d positions > mirror capacity %d",
+                       R->name, n_pos, st->max_context_len);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        int full = cfg->layer_types[l] == QC_LAYER_FULL;
+        for (int k = full ? QC_STATE_K_CACHE : QC_STATE_CONV;
+             k <= (full ? QC_STATE_V_CACHE : QC_STATE_RECURRENT); k++) {
+            qc_status s = sync_one(R, cfg, st, l, k, n_pos, err);
+            if (s) return s;
+        }
+    }
+    return QC_OK;
+}
+
+static void rm_destroy(qc_backend *be) {
+    remote *R = be->impl;
+    if (R) {
+        if (R->api && R->api->close) R->api->close(R->h);
+        free(R->logits_scratch);
+        free(R->hidden_buf);
+        free(R->state_buf);
+        free(R);
+    }
+    free(be);
+}
+
+static const char *rm_describe(const qc_backend *be) {
+    const remote *R = be->impl;
+    return R->desc;
+}
+
+/* ===================================================================================== */
+/* create                                                                                */
+/* ===================================================================================== */
+
+qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *api, void *handle,
+                                   const qc_plugin_info *info, const qc_remote_hooks *hooks,
+                                   const qc_model *m, const qc_backend_opts *o, qc_backend **out,
+                                   qc_err *err) {
+    *out = NULL;
+    const qc_config *cfg = &m->cfg;
+    if (info->vocab_size != cfg->vocab_size || info->hidden_size != cfg->hidden_size ||
+        info->n_layers != cfg->n_layers) {
+        qc_status s = qc_errf(err, QC_ERR_RUNTIME,
+                              "%s: the runtime reports vocab_size %d, hidden_size %d, n_layers %d;"
+                              " config.json says %d, %d, %d", name, info->vocab_size,
+                              info->hidden_size, info->n_layers, cfg->vocab_size,
+                              cfg->hidden_size, cfg->n_layers);
+        api->close(handle);
+        return s;
+    }
+    qc_backend *be = qc_backend_alloc();
+    remote *R = calloc(1, sizeof *R);
+    int cap = 0;
+    for (int l = 0; l < cfg->n_layers; l++) cap |= cfg->layer_types[l] == QC_LAYER_FULL;
+    int max_ctx = o->max_tokens; /* the mirror holds at most what a call can carry, and more */
+    size_t kv = (size_t)cfg->n_kv_heads * (size_t)(max_ctx > 4096 ? max_ctx : 4096) * cfg->head_dim;
+    size_t conv = (size_t)qc_cfg_conv_dim(cfg) * cfg->conv_kernel;
+    size_t rec = (size_t)cfg->lin_n_v_heads * cfg->lin_k_dim * cfg->lin_v_dim;
+    size_t sb = kv > conv ? kv : conv;
+    sb = sb > rec ? sb : rec;
+    (void)cap;
+    if (R) {
+        R->logits_scratch = malloc((size_t)o->max_tokens * cfg->vocab_size * sizeof(float));
+        R->hidden_buf = malloc((size_t)o->max_tokens * cfg->hidden_size * sizeof(float));
+        R->state_buf = malloc(sb * sizeof(float));
+        R->state_buf_n = sb;
+    }
+    if (!be || !R || !R->logits_scratch || !R->hidden_buf || !R->state_buf) {
+        if (R) free(R->logits_scratch), free(R->hidden_buf), free(R->state_buf);
+        free(R);
+        free(be);
+        api->close(handle);
+        return qc_errf(err, QC_ERR_OOM, "%s: out of memory", name);
+    }
+    R->api = api;
+    R->h = handle;
+    R->info = *info;
+    if (hooks) R->hooks = *hooks;
+    R->sent_dn_kernel = R->sent_chunk_size = -1;
+    snprintf(R->name, sizeof R->name, "%s", name);
+    snprintf(R->desc, sizeof R->desc, "%s (%s)", name, info->name[0] ? info->name : "runtime");
+    be->name = R->name;
+    be->model = m;
+    be->opts = *o;
+    be->impl = R;
+    /* the optional entries must exist for what the runtime announces */
+    unsigned caps = info->caps & (QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL |
+                                  QC_CAP_THREADS | QC_CAP_DN_KERNEL | QC_CAP_CHUNK_SIZE);
+    if (!api->get_hidden) caps &= ~QC_CAP_HIDDEN;
+    if (!api->get_state) caps &= ~QC_CAP_STATE_READ;
+    if (!api->fill_state) caps &= ~QC_CAP_STATE_FILL;
+    if (!api->set_option) caps &= ~(QC_CAP_THREADS | QC_CAP_DN_KERNEL | QC_CAP_CHUNK_SIZE);
+    be->caps = caps; /* QC_CAP_* == QC_BE_CAP_* bit for bit */
+    be->max_tokens_per_call = info->max_tokens_per_call > 0 ? info->max_tokens_per_call : 0;
+    be->max_context_len = info->max_context_len > 0 ? info->max_context_len : 0;
+    be->forward = rm_forward;
+    be->destroy = rm_destroy;
+    be->describe = rm_describe;
+    be->reset = rm_reset;
+    be->fill_state = (caps & QC_CAP_STATE_FILL) ? rm_fill : NULL;
+    be->sync_state = (caps & QC_CAP_STATE_READ) ? rm_sync : NULL;
+    if (R->hooks.set_dims) R->hooks.set_dims(R->h, cfg);
+    if ((caps & QC_CAP_THREADS) && o->n_threads > 0) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", o->n_threads);
+        qc_status s = rt_option(R, "threads", v, err);
+        if (s) {
+            rm_destroy(be);
+            return s;
+        }
+    }
+    *out = be;
+    return QC_OK;
+}
+
+_Static_assert(QC_CAP_HIDDEN == QC_BE_CAP_HIDDEN && QC_CAP_STATE_READ == QC_BE_CAP_STATE_READ &&
+                   QC_CAP_STATE_FILL == QC_BE_CAP_STATE_FILL && QC_CAP_THREADS == QC_BE_CAP_THREADS &&
+                   QC_CAP_DN_KERNEL == QC_BE_CAP_DN_KERNEL && QC_CAP_CHUNK_SIZE == QC_BE_CAP_CHUNK_SIZE,
+               "plugin ABI capability bits must equal the backend capability bits");

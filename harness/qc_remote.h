@@ -1,0 +1,38 @@
+/* qc_remote.h — a runtime under test (anything behind the plugin ABI vtable: a loaded plugin, or
+ * the exec adapter client) seen as a qc_backend, so the whole battery runs on it unchanged.
+ *
+ * The runtime keeps its own state; the qc_state the runner passes is a mirror that
+ * qc_backend_sync_state fills from get_state. Every failure of the runtime is QC_ERR_RUNTIME
+ * (a conformance FAIL of that runtime), with its last_error text.
+ */
+#ifndef QC_REMOTE_H
+#define QC_REMOTE_H
+
+#include "qc/qc_backend.h"
+#include "qc/qc_runtime_plugin.h"
+
+/* Extra calls a provider may offer (all optional; NULL = none). */
+typedef struct {
+    void (*want_hidden)(void *handle, int on); /* ask for hidden states with each forward */
+    void (*set_dims)(void *handle, const qc_config *cfg); /* tell the provider the model dims */
+} qc_remote_hooks;
+
+/* Wrap an opened runtime (api + handle + the info its open returned). Takes the handle over
+ * (closed by the backend's destroy, or here on error). name: shown in reports (copied).
+ * Checks the runtime's dims against m's config (QC_ERR_RUNTIME on a mismatch), applies
+ * o->n_threads through set_option when the runtime announces threads. */
+qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *api, void *handle,
+                                   const qc_plugin_info *info, const qc_remote_hooks *hooks,
+                                   const qc_model *m, const qc_backend_opts *o, qc_backend **out,
+                                   qc_err *err);
+
+/* Capability names ("hidden", "state_read", ...) <-> QC_CAP_* bits. */
+const char *qc_cap_name(unsigned bit);
+/* Parse "hidden,state_read" into bits; unknown names -> QC_ERR_ARG naming them and the list.
+ * The pseudo-capability "dynamic" (more than one token per call) is QC_REMOTE_CAP_DYNAMIC. */
+#define QC_REMOTE_CAP_DYNAMIC (1u << 16)
+qc_status qc_cap_parse(const char *list, unsigned *bits, qc_err *err);
+/* "hidden, state_read, ..." of bits into buf. */
+void qc_cap_list(unsigned bits, char *buf, size_t n);
+
+#endif /* QC_REMOTE_H */
