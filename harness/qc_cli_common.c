@@ -1,5 +1,6 @@
 /* qc_cli_common.c — argv walker, profile flags, token lists, atomic writes, exit codes. */
 #include "qc_cli_common.h"
+#include "qc_outpath.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -298,30 +299,7 @@ qc_status qc_cli_read_file(const char *path, char **data, size_t *len, qc_err *e
 }
 
 qc_status qc_cli_write_atomic(const char *path, const void *data, size_t n, qc_err *err) {
-    char tmp[4096];
-    int w = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (w < 0 || (size_t)w >= sizeof tmp)
-        return qc_errf(err, QC_ERR_ARG, "%s: path too long", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return qc_errf(err, QC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    size_t put = n ? fwrite(data, 1, n, f) : 0;
-    int bad = put != n || ferror(f);
-    int saved = errno;
-    if (fclose(f) != 0 && !bad) {
-        bad = 1;
-        saved = errno;
-    }
-    if (bad) {
-        remove(tmp);
-        return qc_errf(err, QC_ERR_IO, "%s: write failed: %s", path, strerror(saved));
-    }
-    if (rename(tmp, path) != 0) {
-        saved = errno;
-        remove(tmp);
-        return qc_errf(err, QC_ERR_IO, "%s: cannot rename %s onto it: %s", path, tmp,
-                       strerror(saved));
-    }
-    return QC_OK;
+    return qc_out_write_file(path, data, n, QC_OUT_TEXT, err);
 }
 
 char *qc_cli_dirname(const char *path, char *buf, size_t n) {
@@ -337,19 +315,7 @@ char *qc_cli_dirname(const char *path, char *buf, size_t n) {
 }
 
 qc_status qc_cli_check_writable(const char *path, qc_err *err) {
-    char dir[4096];
-    qc_cli_dirname(path, dir, sizeof dir);
-    struct stat sb;
-    if (stat(dir, &sb) != 0)
-        return qc_errf(err, QC_ERR_IO, "%s: directory %s: %s", path, dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return qc_errf(err, QC_ERR_IO, "%s: %s is not a directory", path, dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return qc_errf(err, QC_ERR_IO, "%s: directory %s is not writable: %s", path, dir,
-                       strerror(errno));
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return qc_errf(err, QC_ERR_IO, "%s: is a directory", path);
-    return QC_OK;
+    return qc_outpath_validate(path, NULL, QC_OUT_TEXT, err);
 }
 
 /* Split an absolute path into components in place; returns the count (at most max). */

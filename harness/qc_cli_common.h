@@ -1,5 +1,6 @@
 /* qc_cli_common.h — helpers shared by the `qwen-conform` subcommands: a small argv walker,
- * export-profile flags, token lists, atomic file writes and the qc_status -> exit code map.
+ * export-profile flags, token lists, file helpers and the qc_status -> exit code map. Output
+ * safety (input / output collisions, atomic and direct writes) is in qc_outpath.h.
  *
  * Every fallible helper returns qc_status and fills `qc_err` with one message that names the
  * flag or the file and the offending item, e.g. "--tokens: item 3: 'x7' is not an integer" or
@@ -15,6 +16,7 @@
 #include "qc/qc_cli.h"
 #include "qc/qc_prefill.h"
 #include "qc/qc_status.h"
+#include "qc_outpath.h" /* output safety: registry of a run's inputs / outputs, qc_out_* */
 
 /* ===================================================================================== */
 /* argv walker                                                                           */
@@ -112,11 +114,13 @@ qc_status qc_cli_check_tokens(const int32_t *ids, int n, int vocab, const char *
 
 /* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). */
 qc_status qc_cli_read_file(const char *path, char **data, size_t *len, qc_err *err);
-/* Write data to "<path>.tmp.<pid>", fsync-free flush, then rename onto path; on any failure
- * the temp file is removed and path is untouched. */
+/* Write data atomically through qc_out_write_file (harness/qc_outpath.h): a temp file in the
+ * target's directory, fsync, rename; "-", devices and FIFOs are written directly; on any
+ * failure the temp file is removed and path is untouched. */
 qc_status qc_cli_write_atomic(const char *path, const void *data, size_t n, qc_err *err);
-/* QC_OK when the directory that will hold `path` exists and is writable (checked before a
- * long computation so that it fails early). */
+/* QC_OK when `path` is acceptable as an output (qc_outpath_validate: not empty, its directory
+ * exists and is writable, not a directory, not read-only, not over-long), checked before a
+ * long computation so that it fails early. Messages start with the path. */
 qc_status qc_cli_check_writable(const char *path, qc_err *err);
 /* The directory part of path ("." when none) into buf. Returns buf. */
 char *qc_cli_dirname(const char *path, char *buf, size_t n);

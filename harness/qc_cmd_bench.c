@@ -21,7 +21,9 @@
  *
  * Outputs: a Markdown table on stdout (and --markdown F), JSON (--json F: machine, ISA,
  * threads, commit, date, config, probes, raw samples) and an SVG bar chart (--svg F), each
- * written to a temp file then renamed. Progress goes to stderr. --baseline old.json compares
+ * written through qc_outpath (temp file + fsync + rename; "-", devices and FIFOs directly),
+ * validated before the run and refused when one is an input (a model file, the baseline) or
+ * another output. Progress goes to stderr. --baseline old.json compares
  * every metric present in both (same backend, model, dtype, mode, tokens): a median slower than
  * the baseline's by more than PCT percent (default 10) exits 1; no common metric exits 3.
  */
@@ -46,6 +48,7 @@
 #include "qc/qc_prefill.h"
 #include "qc/qc_state.h"
 #include "qc_cli_common.h"
+#include "qc_outpath.h"
 
 #ifndef QC_GIT_COMMIT
 #define QC_GIT_COMMIT "unknown" /* normally defined by CMake */
@@ -603,7 +606,7 @@ static const char bench_usage[] =
     "  --reps R                 repetitions, interleaved (default 3)\n"
     "  --backends LIST          comma list (default optimized,reference)\n"
     "  --seed S                 synthetic weights seed (default 1)\n"
-    "  --json F  --markdown F  --svg F   report files (written atomically)\n"
+    "  --json F  --markdown F  --svg F   report files (written atomically; '-' = stdout)\n"
     "  --baseline F.json --max-regression PCT   exit 1 if a metric is > PCT% slower (default 10)\n"
     "  --max-memory SIZE        refuse (exit 2) when the planned memory exceeds SIZE\n"
     "                           (default: the machine's available memory)\n";
@@ -689,11 +692,17 @@ int qc_cmd_bench(int argc, char **argv) {
     }
     if (help) {
         fputs(bench_usage, stdout);
+        fputs(qc_outpath_help, stdout);
         return QC_EXIT_PASS;
     }
-    const char *outs[3] = {o.json, o.markdown, o.svg};
-    for (int i = 0; i < 3; i++)
-        if (outs[i] && qc_cli_check_writable(outs[i], &err)) return qc_cli_fail(PROG, &err);
+    /* every output valid, none an input (the model's files, the baseline) or another output */
+    qc_outpath_reset();
+    if (o.model_dir) qc_outpath_add_model_dir(o.model_dir, "--model");
+    qc_outpath_add_input(o.baseline, "--baseline");
+    qc_outpath_add_output(o.json, "--json", QC_OUT_TEXT);
+    qc_outpath_add_output(o.markdown, "--markdown", QC_OUT_TEXT);
+    qc_outpath_add_output(o.svg, "--svg", QC_OUT_TEXT);
+    if (qc_outpath_verify(&err)) return qc_cli_fail(PROG, &err);
 
     /* ---- model ---- */
     static bench_report R;
@@ -839,7 +848,8 @@ int qc_cmd_bench(int argc, char **argv) {
     markdown(&R, &o, &md);
     fwrite(md.p, 1, md.n, stdout);
     fflush(stdout);
-    if (o.markdown && (s = qc_cli_write_atomic(o.markdown, md.p, md.n, &err))) rc = qc_cli_fail(PROG, &err);
+    if (o.markdown && (s = qc_out_write_file(o.markdown, md.p, md.n, QC_OUT_TEXT, &err)))
+        rc = qc_cli_fail(PROG, &err);
     free(md.p);
     if (!rc && o.json) {
         cJSON *j = json_report(&R, &o);
@@ -855,7 +865,8 @@ int qc_cmd_bench(int argc, char **argv) {
             if (nl) {
                 memcpy(nl, txt, n);
                 nl[n] = '\n';
-                if ((s = qc_cli_write_atomic(o.json, nl, n + 1, &err))) rc = qc_cli_fail(PROG, &err);
+                if ((s = qc_out_write_file(o.json, nl, n + 1, QC_OUT_TEXT, &err)))
+                    rc = qc_cli_fail(PROG, &err);
                 free(nl);
             }
             free(txt);
@@ -864,7 +875,7 @@ int qc_cmd_bench(int argc, char **argv) {
     if (!rc && o.svg) {
         sbuf sv = {0};
         svg_chart(&R, &sv);
-        if ((s = qc_cli_write_atomic(o.svg, sv.p, sv.n, &err))) rc = qc_cli_fail(PROG, &err);
+        if ((s = qc_out_write_file(o.svg, sv.p, sv.n, QC_OUT_TEXT, &err))) rc = qc_cli_fail(PROG, &err);
         free(sv.p);
     }
     if (!rc && o.baseline) {
@@ -873,5 +884,6 @@ int qc_cmd_bench(int argc, char **argv) {
         else rc = g == 1 ? QC_EXIT_FAIL : g == 3 ? QC_EXIT_NOTHING : QC_EXIT_PASS;
     }
     qc_model_free(m);
+    qc_outpath_reset();
     return rc;
 }

@@ -6,10 +6,12 @@
  *       [--backend reference|optimized] [--threads T] [--dn-kernel chunked|recurrent]
  *       [--chunk-size N] [--case NAME] [--description TEXT] [--max-memory SIZE] [--no-hidden]
  *       [--profile F.json] [--static|--dynamic] [--no-kv-cache] [--max-seq-len N]
- *       [--max-context-len N] --out F.h5
+ *       [--max-context-len N] --out F.h5 [--force]
  *
  * Every error is one line "qwen-conform record: <file or flag>: <field>: ..." and exit code 2;
- * the output is written to a temp file and renamed, so a failure never leaves a partial file.
+ * the output is written to a temp file and renamed (qc_outpath), so a failure never leaves a
+ * partial file. Before any work the output is validated and refused when it is an input (a
+ * model file, the tokens / history file, the profile) or, without --force, an existing file.
  */
 #include <errno.h>
 #include <limits.h>
@@ -27,6 +29,7 @@
 #include "qc/qc_runcase.h"
 #include "qc/qc_sha256.h"
 #include "qc_cli_common.h"
+#include "qc_outpath.h"
 
 #ifndef QC_VERSION
 #define QC_VERSION "0.0.0"
@@ -52,10 +55,12 @@ static void record_usage(FILE *f) {
             "         [--no-hidden]             skip prefill/hidden (backends without a trace hook)\n"
             "         [--profile F.json] [--static | --dynamic] [--no-kv-cache]\n"
             "         [--max-seq-len N] [--max-context-len N]\n"
+            "         [--force]                 replace an existing --out file (without it an\n"
+            "                                   existing file, e.g. a golden, is refused)\n"
             "Writes a golden (HDF5 schema v1): the prompt's logits at every position, per-layer\n"
             "hidden states, the state after prefill, N greedy decode steps and the state after\n"
             "them. max_context_len defaults to prompt + decode when neither the flags nor the\n"
-            "profile set it.\n");
+            "profile set it.\n%s", qc_outpath_help);
 }
 
 /* Parsed command line. */
@@ -79,6 +84,7 @@ typedef struct {
     int chunk_size;          /* --chunk-size N (0 = backend default) */
     int dn_kernel;           /* -1 default, else qc_dn_kernel */
     int no_hidden;           /* --no-hidden: do not capture prefill/hidden */
+    int force;               /* --force: an existing --out may be replaced */
     qc_cli_profile pf;       /* profile flags */
 } record_args;
 
@@ -135,6 +141,9 @@ static qc_status parse_args(int argc, char **argv, record_args *a, int *help, qc
         } else if (qc_argp_is(&p, "--no-hidden")) {
             st = qc_argp_bool(&p, err);
             a->no_hidden = 1;
+        } else if (qc_argp_is(&p, "--force")) {
+            st = qc_argp_bool(&p, err);
+            a->force = 1;
         } else if (qc_argp_is(&p, "--decode")) {
             st = qc_argp_int(&p, 0, 1 << 24, &a->n_decode, err);
         } else if (qc_argp_is(&p, "--threads")) {
@@ -214,8 +223,16 @@ int qc_cmd_record(int argc, char **argv) {
     const char *tok_src = a.tokens_file ? a.tokens_file : "--tokens";
     const char *hist_src = a.history_file ? a.history_file : "--history";
 
-    /* Cheap checks first: the output location, the prompt, the profile. */
-    if ((st = qc_cli_check_writable(a.out, &err))) goto done;
+    /* Cheap checks first: the output (valid, not an input, not an existing file unless
+     * --force), the prompt, the profile. */
+    qc_outpath_reset();
+    if (a.model) qc_outpath_add_model_dir(a.model, "--model");
+    qc_outpath_add_input(a.tokens_file, "--tokens-file");
+    qc_outpath_add_input(a.history_file, "--history-file");
+    qc_outpath_add_input(a.pf.profile_path, "--profile");
+    qc_outpath_add_output(a.out, "--out",
+                          QC_OUT_REGULAR | QC_OUT_NO_CLOBBER | (a.force ? QC_OUT_FORCE : 0));
+    if ((st = qc_outpath_verify(&err))) goto done;
     st = a.tokens_file ? qc_cli_read_tokens_file(a.tokens_file, &tokens, &n_tokens, &err)
                        : qc_cli_parse_tokens(a.tokens, "--tokens", &tokens, &n_tokens, &err);
     if (st) goto done;
@@ -405,6 +422,7 @@ done:
     free(tokens);
     free(history);
     free(forced);
+    qc_outpath_reset();
     if (st) return qc_cli_fail(PROG, &err);
     return QC_EXIT_PASS;
 }

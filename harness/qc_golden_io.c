@@ -29,6 +29,8 @@
 
 #include <hdf5.h>
 
+#include "qc_outpath.h"
+
 /* ===================================================================================== */
 /* HDF5 error handling                                                                   */
 /* ===================================================================================== */
@@ -1075,24 +1077,25 @@ qc_status qc_golden_write(const char *path, const qc_golden *g, qc_err *err) {
     qc_status st = QC_OK;
     hid_t f = H5I_INVALID_HID, root = H5I_INVALID_HID, cases = H5I_INVALID_HID;
     wr_ctx w = {path, err};
-    char tmp[4096], h5msg[300];
+    char h5msg[300];
     h5_quiet();
     if (!g->config_json)
         return qc_errf(err, QC_ERR_ARG, "%s: /config_json: no config text", path);
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return qc_errf(err, QC_ERR_ARG, "%s: path too long", path);
     for (int i = 0; i < g->n_cases; i++)
         for (int j = 0; j < i; j++)
             if (strcmp(g->cases[i].name, g->cases[j].name) == 0)
                 return qc_errf(err, QC_ERR_ARG, "%s: /cases/%s: duplicate case name", path,
                                g->cases[i].name);
 
-    f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    /* the temp file beside the target (qc_outpath: validated, never an input of the run,
+     * removed on every error path and on SIGINT / SIGTERM); HDF5 writes it by name */
+    qc_out out;
+    if ((st = qc_out_open(&out, path, QC_OUT_REGULAR, err))) return st;
+    f = H5Fcreate(out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) {
-        st = qc_errf(err, QC_ERR_IO, "%s: cannot create %s: %s", path, tmp,
+        st = qc_errf(err, QC_ERR_IO, "%s: cannot create %s: %s", path, out.tmp,
                      h5_errdesc(h5msg, sizeof h5msg));
-        remove(tmp);
+        qc_out_abort(&out);
         return st;
     }
     root = H5Gopen2(f, "/", H5P_DEFAULT);
@@ -1119,16 +1122,10 @@ done:
     QC_ASSERT(H5Fget_obj_count(f, H5F_OBJ_ALL) == 1);
     if (H5Fclose(f) < 0 && !st) st = wr_fail(&w, "closing the file");
     if (st) {
-        remove(tmp);
+        qc_out_abort(&out);
         return st;
     }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        remove(tmp);
-        return qc_errf(err, QC_ERR_IO, "%s: cannot rename %s onto it: %s", path, tmp,
-                       strerror(e));
-    }
-    return QC_OK;
+    return qc_out_commit(&out, err); /* fsync + rename onto path */
 }
 
 /* ===================================================================================== */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qc_cli_common.h"
+#include "qc_outpath.h"
 
 /* A number, or its name as a string when non-finite. */
 static void add_num(cJSON *o, const char *key, double v) {
@@ -132,7 +132,15 @@ qc_status qc_report_json_write(const char *path, const qc_results *r, qc_err *er
     char *text = qc_report_json_string(r);
     if (!text) return qc_errf(err, QC_ERR_OOM, "%s: out of memory building the JSON report", path);
     size_t n = strlen(text);
-    qc_status s = qc_cli_write_atomic(path, text, n, err);
+    /* with the final newline a text file (and `--json -` on a terminal) should have */
+    qc_out o;
+    qc_status s = qc_out_open(&o, path, QC_OUT_TEXT, err);
+    if (!s) s = qc_out_write(&o, text, n, err);
+    if (!s) s = qc_out_write(&o, "\n", 1, err);
+    if (s)
+        qc_out_abort(&o);
+    else
+        s = qc_out_commit(&o, err);
     cJSON_free(text);
     return s;
 }

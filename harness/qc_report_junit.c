@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qc_cli_common.h"
+#include "qc_outpath.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* A growing string                                                                          */
@@ -183,7 +183,7 @@ char *qc_report_junit_string(const qc_results *r) {
 qc_status qc_report_junit_write(const char *path, const qc_results *r, qc_err *err) {
     char *text = qc_report_junit_string(r);
     if (!text) return qc_errf(err, QC_ERR_OOM, "%s: out of memory building the JUnit report", path);
-    qc_status s = qc_cli_write_atomic(path, text, strlen(text), err);
+    qc_status s = qc_out_write_file(path, text, strlen(text), QC_OUT_TEXT, err);
     free(text);
     return s;
 }

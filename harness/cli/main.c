@@ -1,7 +1,7 @@
 /* main.c — the `qwen-conform` dispatcher.
  *
  *   qwen-conform [check] --golden DIR|FILE ...   conformance check (the default command)
- *   qwen-conform record | inspect | diff | calibrate | bench ...
+ *   qwen-conform record | inspect | diff | calibrate | bench | adapter-serve ...
  *   qwen-conform --version | --help
  */
 #include <stdio.h>
@@ -21,6 +21,8 @@ static const char usage[] =
     "       qwen-conform diff GOLDEN.h5 ACTUAL.h5  check another runtime's output (golden layout)\n"
     "       qwen-conform calibrate --golden DIR  measure noise, suggest a tolerance policy\n"
     "       qwen-conform bench ...               performance comparison of the backends\n"
+    "       qwen-conform adapter-serve PLUGIN.so[,k=v...]  serve a plugin over the adapter\n"
+    "                                            protocol on stdin/stdout (isolate:plugin:)\n"
     "       qwen-conform --version | --help\n"
     "Run `qwen-conform <command> --help` for the options of a command.\n"
     "Exit codes: 0 all passed, 1 conformance failure, 2 usage / I/O / format error,\n"
@@ -68,6 +70,7 @@ static void print_isa(void) {
 }
 
 int main(int argc, char **argv) {
+    { extern void qc_outpath_install_signal_handlers(void); qc_outpath_install_signal_handlers(); }
     if (argc < 2) {
         fputs(usage, stderr);
         return QC_EXIT_ERROR;
@@ -89,6 +92,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "diff")) rc = qc_cmd_diff(argc - 1, argv + 1);
     else if (!strcmp(cmd, "calibrate")) rc = qc_cmd_calibrate(argc - 1, argv + 1);
     else if (!strcmp(cmd, "bench")) rc = qc_cmd_bench(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "adapter-serve")) rc = qc_cmd_adapter_serve(argc - 1, argv + 1);
     else if (cmd[0] == '-') rc = qc_cmd_check(argc, argv); /* default command */
     else {
         fprintf(stderr, "qwen-conform: unknown command '%s'\n%s", cmd, usage);
