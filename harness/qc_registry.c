@@ -85,6 +85,27 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p;
 }
 
+/* "exec:<the adapter's file name>": the last word of the command that looks like a path
+ * ("python3 adapters/golden/qc_golden_adapter.py --x" -> "exec:qc_golden_adapter.py"), else
+ * the program's name. */
+static void exec_short_name(const char *cmd, char *out, size_t n) {
+    char buf[2048], pick[512] = "";
+    snprintf(buf, sizeof buf, "%s", cmd);
+    char *save = NULL;
+    int first = 1;
+    for (char *t = strtok_r(buf, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+        for (char *q = t; *q; q++)
+            if (*q == '"' || *q == '\'') *q = ' ';
+        while (*t == ' ') t++;
+        size_t L = strlen(t);
+        while (L && t[L - 1] == ' ') t[--L] = 0;
+        if (!L || t[0] == '-') continue;
+        if (first || strchr(t, '/') || strchr(t, '.')) snprintf(pick, sizeof pick, "%s", base_name(t));
+        first = 0;
+    }
+    snprintf(out, n, "exec:%s", pick[0] ? pick : "adapter");
+}
+
 /* The command that serves plugin `spec` (PATH[,opts]) in a child process. */
 static qc_status isolate_cmd(const char *spec, char *cmd, size_t n, qc_err *err) {
     char self[1024];
@@ -119,8 +140,7 @@ qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec 
         out->kind = QC_RT_EXEC;
         snprintf(out->target, sizeof out->target, "%s", spec + 5);
         if (!out->target[0]) return qc_errf(err, QC_ERR_ARG, "--backend exec: needs a command");
-        snprintf(out->name, sizeof out->name, "exec:%.60s%s", out->target,
-                 strlen(out->target) > 60 ? "..." : "");
+        exec_short_name(out->target, out->name, sizeof out->name);
         return QC_OK;
     }
     if (!strncmp(spec, "isolate:plugin:", 15)) {

@@ -168,7 +168,8 @@ static void make_tokens(int32_t *t, int n, int V, unsigned seed) {
 
 /* one comparison: optimized vs reference with the same run configuration */
 static void check_vs_ref(const qc_model *m, run_cfg rc, int n, int S, double tol, const char *tag) {
-    int32_t toks[128];
+    int32_t toks[512];
+    ck_assert_int_le(n + S, 512);
     make_tokens(toks, n + S, m->cfg.vocab_size, (unsigned)(n * 31 + S));
     run_out ro, oo;
     rc.backend = "reference";
@@ -392,12 +393,31 @@ START_TEST(last_logits_equal_last_row) {
 }
 END_TEST
 
+/* A context above 128 positions: several 64-key blocks of the optimized attention's online
+ * softmax, so a later block's score maximum exceeds an earlier one's and the running sum and
+ * output must be rescaled (deleting that rescale fails here). rms_norm_eps is 1e-5, not the
+ * default 1e-6, so the RMSNorm epsilon and the fixed L2-norm epsilon cannot be confused. */
+START_TEST(long_context_matches_reference) {
+    qc_config c = tiny_cfg(0);
+    c.rms_eps = 1e-5;
+    qc_model *m = NULL;
+    qc_err e = {0};
+    ck_assert_msg(qc_model_synthetic(&c, QC_F32, 11, &m, &e) == QC_OK, "synthetic: %s", e.msg);
+    run_cfg rc = {NULL, QC_MODE_DYNAMIC, 300, QC_DN_CHUNKED, 64, 2};
+    check_vs_ref(m, rc, 300, 4, 1e-4, "F32 geom 0 eps 1e-5 dynamic 300 tokens");
+    rc.mode = QC_MODE_STATIC;
+    check_vs_ref(m, rc, 160, 2, 1e-4, "F32 geom 0 eps 1e-5 static 160 tokens");
+    qc_model_free(m);
+}
+END_TEST
+
 Suite *opt_backend_suite(void) {
     Suite *s = suite_create("opt_backend");
     TCase *tc = tcase_create("conformance");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, matches_reference_all_modes, 0, 9);
     tcase_add_test(tc, every_isa_matches_reference);
+    tcase_add_test(tc, long_context_matches_reference);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("threads");
     tcase_set_timeout(tt, 300);
