@@ -1,0 +1,238 @@
+"""Golden files in, ACTUAL files out (schema v1, golden/SCHEMA.md). Needs h5py (imported on use).
+
+    from qwen_conform_adapter import golden
+    g = golden.read("fixtures/tiny-f32-tied-flat/golden.h5")        # the cases' inputs
+    with golden.ActualWriter("mine.h5", g, generator="my-runtime 1.2") as out:
+        for c in g.cases:
+            ...                                                     # run c on your runtime
+            out.add(c, prefill_logits=pre, decode_logits=dec)       # hidden / state optional
+    # then: qwen-conform diff fixtures/tiny-f32-tied-flat/golden.h5 mine.h5
+
+or, for a Runtime subclass, the whole loop: golden.record(runtime, golden_path, out_path).
+The ACTUAL file copies the golden's provenance (config_json, its hashes, model_path made
+relative to the new file), says compute_dtype "float32", and records each case's inputs
+(start_pos, history_tokens, tokens, decode/tokens) so diff can check the case was run on them.
+Like the golden writer: HDF5 1.8 format, no timestamps, float32 / int32, temp file + rename.
+"""
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from . import modelcfg
+from .runtime import as_f32
+
+SCHEMA_VERSION = 1
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:  # pragma: no cover - Debian python3-h5py is the expected provider
+        raise ImportError("qwen_conform_adapter.golden needs h5py (Debian: python3-h5py)")
+    return h5py
+
+
+@dataclass
+class Case:
+    """One golden case's inputs (what a runtime must be fed)."""
+    name: str
+    start_pos: int                  # P
+    history_tokens: np.ndarray      # int32 [P]: replayed before the case
+    tokens: np.ndarray              # int32 [T] at positions P .. P+T-1
+    decode_tokens: np.ndarray       # int32 [S], teacher-forced one per step
+    max_seq_len: Optional[int]      # the case's export max_seq_len (None: harness default)
+    description: str = ""
+
+
+@dataclass
+class Golden:
+    """A golden file's provenance and cases."""
+    path: str
+    attrs: dict                     # root attributes (schema_version, config_json, ...)
+    model_dir: str                  # model_path resolved against the file's directory
+    shape: modelcfg.ModelShape
+    cases: list
+
+
+def read(path):
+    """Golden from a golden (or ACTUAL) HDF5 file; cases in name order."""
+    h5py = _h5py()
+    with h5py.File(path, "r") as f:
+        attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}
+        if attrs.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError("%s: schema_version %r is not %d"
+                             % (path, attrs.get("schema_version"), SCHEMA_VERSION))
+        cases = []
+        for name in sorted(f["cases"]):
+            g = f["cases"][name]
+            ints = lambda p: (np.asarray(g[p][()], dtype=np.int32) if p in g
+                              else np.zeros(0, dtype=np.int32))
+            msl = g.attrs.get("max_seq_len")
+            cases.append(Case(name, int(g.attrs["start_pos"]), ints("history_tokens"),
+                              ints("tokens"), ints("decode/tokens"),
+                              None if msl is None else int(msl), str(g.attrs.get("description", ""))))
+    mp = attrs.get("model_path", "")
+    model_dir = mp if os.path.isabs(mp) else os.path.join(os.path.dirname(os.path.abspath(path)), mp)
+    shape = modelcfg.from_json(json.loads(attrs["config_json"]))
+    return Golden(path, attrs, model_dir, shape, cases)
+
+
+def margins(first_row, decode_logits):
+    """top1 - top2 of the rows that chose each decode token: [last prefill row, decode rows
+    0 .. S-2] (as the golden's decode/margins)."""
+    rows = np.concatenate([np.asarray(first_row, np.float64)[None],
+                           np.asarray(decode_logits, np.float64)[:-1]])
+    top2 = np.sort(rows, axis=1)[:, -2:]
+    return (top2[:, 1] - top2[:, 0]).astype(np.float32)
+
+
+class ActualWriter:
+    """Writes an ACTUAL file in the golden layout for the cases of `golden` (a Golden or a path).
+    Use as a context manager: the file appears (renamed from a temporary) on a clean exit."""
+
+    def __init__(self, path, golden, generator="python-runtime", compute_dtype="float32",
+                 torch_version=""):
+        h5py = _h5py()
+        self.g = golden if isinstance(golden, Golden) else read(golden)
+        self.path, self.tmp = path, "%s.tmp.%d" % (path, os.getpid())
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        fapl.set_libver_bounds(h5py.h5f.LIBVER_V18, h5py.h5f.LIBVER_V18)
+        fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+        fcpl.set_obj_track_times(False)
+        self.f = h5py.File(h5py.h5f.create(self.tmp.encode(), h5py.h5f.ACC_TRUNC, fapl=fapl,
+                                           fcpl=fcpl))
+        a, src = self.f.attrs, self.g.attrs
+        a["schema_version"] = np.int32(SCHEMA_VERSION)
+        a["generator"] = str(generator)
+        a["torch_version"] = str(torch_version)
+        a["seed"] = np.int64(-1)
+        a["compute_dtype"] = str(compute_dtype)
+        out_dir = os.path.dirname(os.path.abspath(path))
+        a["model_path"] = os.path.relpath(os.path.abspath(self.g.model_dir), out_dir)
+        for k in ("config_sha256", "weights_sha256", "config_json"):
+            a[k] = str(src[k])
+
+    # ---- writing ---------------------------------------------------------------------------
+    def _group(self, path):
+        h5py = _h5py()
+        cur = self.f
+        for part in path.strip("/").split("/"):
+            if part not in cur:
+                gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+                gcpl.set_obj_track_times(False)
+                h5py.h5g.create(cur.id, part.encode(), gcpl=gcpl)
+            cur = cur[part]
+        return cur
+
+    def _ds(self, path, data, dtype, shape=None):
+        data = np.ascontiguousarray(data, dtype=dtype)
+        if shape is not None and data.shape != tuple(shape):
+            raise ValueError("%s: shape %s, expected %s" % (path, data.shape, tuple(shape)))
+        parent, name = path.rsplit("/", 1)
+        self._group(parent).create_dataset(name, data=data, track_times=False)
+
+    def _state(self, group, state, n_pos):
+        if hasattr(state, "items") and all(isinstance(v, dict) for v in state.values()):
+            state = {"%s/%s" % (l, k): v for l, d in state.items() for k, v in d.items()}
+        want = self.g.shape.state_shapes(n_pos)
+        names = [n for n, _ in want] if want else sorted(state)
+        shapes = dict(want) if want else {}
+        missing = [n for n in names if n not in state]
+        if missing:
+            raise ValueError("%s: state lacks %s" % (group, missing[0]))
+        for n in names:
+            self._ds("%s/%s" % (group, n), as_f32(state[n], n), np.float32, shapes.get(n))
+
+    def add(self, case, prefill_logits, decode_logits=None, prefill_hidden=None,
+            prefill_state=None, decode_state=None):
+        """One case: logits [T, V] (every prompt position), optionally the teacher-forced decode
+        logits [S, V], hidden [L+1, T, H] and the states ({"layer_NN/k_cache": array, ...} as
+        Runtime.state returns, or nested {"layer_NN": {...}}) after prefill / after decode."""
+        if isinstance(case, str):
+            case = next(c for c in self.g.cases if c.name == case)
+        sh, P, T, S = self.g.shape, case.start_pos, len(case.tokens), len(case.decode_tokens)
+        V, H, L = sh.vocab_size, sh.hidden_size, sh.n_layers
+        g = "cases/" + case.name
+        grp = self._group(g)
+        grp.attrs["start_pos"] = np.int32(P)
+        if case.max_seq_len is not None:
+            grp.attrs["max_seq_len"] = np.int32(case.max_seq_len)
+        grp.attrs["description"] = case.description
+        if P > 0:
+            self._ds(g + "/history_tokens", case.history_tokens, np.int32, (P,))
+        self._ds(g + "/tokens", case.tokens, np.int32)
+        pre = as_f32(prefill_logits, "prefill_logits")
+        self._ds(g + "/prefill/logits", pre, np.float32, (T, V))
+        if prefill_hidden is not None:
+            self._ds(g + "/prefill/hidden", as_f32(prefill_hidden, "hidden"), np.float32,
+                     (L + 1, T, H))
+        if prefill_state is not None:
+            self._state(g + "/prefill/state", prefill_state, P + T)
+        if decode_logits is not None and S > 0:
+            dec = as_f32(decode_logits, "decode_logits")
+            self._ds(g + "/decode/tokens", case.decode_tokens, np.int32)
+            self._ds(g + "/decode/logits", dec, np.float32, (S, V))
+            self._ds(g + "/decode/margins", margins(pre[-1], dec), np.float32)
+            if decode_state is not None:
+                self._state(g + "/decode/state", decode_state, P + T + S)
+
+    # ---- closing ---------------------------------------------------------------------------
+    def close(self):
+        """Finish the file (rename the temporary into place)."""
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+            os.replace(self.tmp, self.path)
+
+    def abort(self):
+        """Drop the temporary file."""
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+            os.unlink(self.tmp)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        self.close() if exc_type is None else self.abort()
+
+
+def run_case(runtime, case, hidden=True, state=True):
+    """Drive a Runtime through one case teacher-forced: history, prompt, decode tokens.
+    Returns the keyword arguments of ActualWriter.add (hidden / state when asked for and the
+    runtime overrides hidden() / state())."""
+    from .runtime import overrides
+    hidden, state = hidden and overrides(runtime, "hidden"), state and overrides(runtime, "state")
+    runtime.reset()
+    P, T = case.start_pos, len(case.tokens)
+    if P:
+        runtime.hidden_requested = False
+        runtime.forward(case.history_tokens, 0)
+    runtime.hidden_requested = hidden
+    out = {"prefill_logits": as_f32(runtime.forward(case.tokens, P), "logits")}
+    if hidden:
+        out["prefill_hidden"] = runtime.hidden()
+    if state:
+        out["prefill_state"] = runtime.state(P + T)
+    runtime.hidden_requested = False
+    rows = [as_f32(runtime.forward(case.decode_tokens[s:s + 1], P + T + s), "logits")[-1]
+            for s in range(len(case.decode_tokens))]
+    if rows:
+        out["decode_logits"] = np.stack(rows)
+        if state:
+            out["decode_state"] = runtime.state(P + T + len(rows))
+    return out
+
+
+def record(runtime, golden_path, out_path, generator=None, hidden=True, state=True):
+    """Open `runtime` on the golden's model, run every case, write the ACTUAL file."""
+    g = read(golden_path)
+    runtime.open(g.model_dir, {})
+    with ActualWriter(out_path, g, generator=generator or str(runtime.name)) as w:
+        for c in g.cases:
+            w.add(c, **run_case(runtime, c, hidden, state))
+    return out_path

@@ -1,0 +1,94 @@
+"""The Runtime base class a user subclasses, and what the helper derives from it.
+
+Capabilities are announced only for the optional methods a subclass overrides: `hidden` ->
+"hidden", `state` -> "state_read", `fill_state` -> "state_fill"; the option names listed in
+`options_supported` (which needs `set_option` overridden) -> "threads" / "dn_kernel" /
+"chunk_size".
+"""
+import numpy as np
+
+OPTION_NAMES = ("threads", "dn_kernel", "chunk_size")
+
+
+class Unsupported(Exception):
+    """Raised by a runtime for a valid request it cannot serve (e.g. state(n_pos) beyond what it
+    can expose). Answered as an error frame with "unsupported": true; the check is SKIPPED."""
+
+
+class Runtime:
+    """A runtime under test, driven by serve(). Override reset() and forward(); the optional
+    methods only when the runtime can really do them."""
+
+    name = "python-runtime"          # shown in reports
+    max_tokens_per_call = 0          # 0 any, 1 = a static [1,1] export
+    max_context_len = 0              # 0 = no limit
+    options_supported = ()           # subset of OPTION_NAMES
+    hidden_requested = False         # set by serve() before each forward: the host wants hidden()
+
+    def open(self, model_dir, options):
+        """Load the model. options: {key: value string} from the --backend text. Return
+        {"vocab_size", "hidden_size", "n_layers"}, or None to have them read from
+        model_dir/config.json."""
+        return None
+
+    def reset(self):
+        """Start a new sequence: every state buffer exact zeros, position 0."""
+        raise NotImplementedError("Runtime.reset")
+
+    def forward(self, tokens, start_pos):
+        """tokens: int32 [n] at positions start_pos .. start_pos+n-1; update the state and return
+        the logits of every position, [n, V] (anything float32-castable)."""
+        raise NotImplementedError("Runtime.forward")
+
+    # ---- optional: announced only when overridden ----------------------------------------------
+    def hidden(self):
+        """[L+1, n, H] hidden states of the last forward (HF convention; [L] after the final norm)."""
+        raise Unsupported("hidden states")
+
+    def state(self, n_pos):
+        """{"layer_NN/k_cache" | v_cache: [nkv, n_pos, hd], "layer_NN/conv_state": [C, K],
+        "layer_NN/recurrent_state": [nv, dk, dv]} for every layer; KV slots beyond the used
+        positions included. Raise Unsupported to refuse n_pos."""
+        raise Unsupported("state read")
+
+    def fill_state(self, value):
+        """Every element of every state buffer := value (NaN in garbage_reset); position kept."""
+        raise Unsupported("state fill")
+
+    def set_option(self, key, value):
+        """Change a setting between calls (key in options_supported; value a string)."""
+        raise Unsupported("option %s" % key)
+
+    def close(self):
+        """Release resources at the end of the session (optional)."""
+
+
+def overrides(runtime, method):
+    """True when type(runtime) (or a base between it and Runtime) redefines `method`."""
+    return getattr(type(runtime), method, None) is not getattr(Runtime, method)
+
+
+def capabilities(runtime):
+    """The capability strings to announce for this runtime, in protocol order.
+    ValueError when options_supported is inconsistent."""
+    caps = [c for m, c in (("hidden", "hidden"), ("state", "state_read"),
+                           ("fill_state", "state_fill")) if overrides(runtime, m)]
+    opts = tuple(runtime.options_supported or ())
+    bad = [o for o in opts if o not in OPTION_NAMES]
+    if bad:
+        raise ValueError("options_supported: unknown option %r (known: %s)"
+                         % (bad[0], ", ".join(OPTION_NAMES)))
+    if opts and not overrides(runtime, "set_option"):
+        raise ValueError("options_supported lists %s but set_option is not overridden"
+                         % ", ".join(opts))
+    return caps + [o for o in OPTION_NAMES if o in opts]
+
+
+def as_f32(x, what):
+    """x as a float32 numpy array (torch tensors, lists, float64 arrays ...), or ValueError."""
+    try:
+        if hasattr(x, "detach"):                # a torch tensor: no autograd, on the CPU
+            x = x.detach().cpu().numpy()
+        return np.asarray(x, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise ValueError("%s is not a float array: %s" % (what, e))

@@ -1,0 +1,263 @@
+"""serve(): the child side of the adapter protocol, one request at a time.
+
+Isolation: while serving, sys.stdout is sys.stderr (a stray print() in runtime code cannot
+corrupt the protocol) and sys.stdin is /dev/null. When serve() owns the process's real stdout
+(stdout=None), it also moves file descriptor 1: frames go to a private duplicate of it and fd 1
+itself points at stderr, so native libraries printing with printf cannot corrupt it either.
+Everything is restored when serve() returns.
+"""
+import contextlib
+import os
+import sys
+import traceback
+
+import numpy as np
+
+from . import framing, modelcfg
+from .runtime import Runtime, Unsupported, as_f32, capabilities
+
+PROTOCOL = "qwen-conform-adapter"
+VERSION = 1
+
+
+class Refused(Exception):
+    """A request the helper itself rejects (bad arguments, shapes the runtime got wrong)."""
+
+
+@contextlib.contextmanager
+def _isolated(stdin, stdout):
+    """(reader, writer) for the protocol, with print() and fd 1 pointed at stderr meanwhile."""
+    saved = sys.stdin, sys.stdout
+    fd_saved = None
+    devnull = open(os.devnull, "r")
+    try:
+        if stdin is None:
+            stdin = sys.stdin.buffer
+        if stdout is None:
+            sys.stdout.flush()
+            fd_saved = os.dup(1)
+            stdout = os.fdopen(os.dup(1), "wb")
+            os.dup2(2, 1)
+        sys.stdin, sys.stdout = devnull, sys.stderr
+        yield stdin, stdout
+    finally:
+        sys.stdin, sys.stdout = saved
+        devnull.close()
+        if fd_saved is not None:
+            try:
+                stdout.close()
+            except OSError:      # the host is gone; nothing left to flush to
+                pass
+            os.dup2(fd_saved, 1)
+            os.close(fd_saved)
+
+
+def _int(header, key, lo=0):
+    v = header.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise Refused("%s must be an integer >= %d, got %r" % (key, lo, v))
+    return v
+
+
+def _fill_value(v):
+    """A fill_state value: a number or "nan" / "inf" / "-inf"."""
+    if isinstance(v, str) and v.lower() in ("nan", "inf", "+inf", "-inf", "infinity", "-infinity"):
+        return float(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise Refused("value must be a number or \"nan\", \"inf\", \"-inf\", got %r" % (v,))
+    return float(v)
+
+
+def parse_options(text):
+    """"k=v,k=v" -> {k: v} ("" -> {})."""
+    out = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise Refused("option %r is not key=value" % item)
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+class _Session:
+    """One conversation: the runtime, what open() established, the request handlers."""
+
+    def __init__(self, runtime):
+        self.rt = runtime
+        self.shape = None      # modelcfg.ModelShape after open
+        self.caps = []
+
+    # ---- handlers: each returns (extra header fields, [(name, array)]) ----------------------
+    def op_open(self, h):
+        model_dir = h.get("model_dir")
+        if not isinstance(model_dir, str) or not model_dir:
+            raise Refused("model_dir must be a non-empty string")
+        options = parse_options(h.get("options", ""))
+        caps = capabilities(self.rt)
+        dims = self.rt.open(model_dir, options)
+        try:
+            shape = modelcfg.load(model_dir)
+        except (OSError, ValueError):
+            if dims is None:
+                raise
+            shape = None
+        if dims is not None:
+            try:
+                V, H, L = (int(dims[k]) for k in ("vocab_size", "hidden_size", "n_layers"))
+            except (KeyError, TypeError, ValueError) as e:
+                raise Refused("open() must return vocab_size, hidden_size, n_layers: %s" % e)
+            if shape is None or (V, H, L) != (shape.vocab_size, shape.hidden_size, shape.n_layers):
+                shape = modelcfg.ModelShape(V, H, L, shape and shape.layer_types,
+                                            shape and shape.dims)
+        for k in ("max_tokens_per_call", "max_context_len"):
+            v = getattr(self.rt, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise Refused("Runtime.%s must be an integer >= 0, got %r" % (k, v))
+        self.shape, self.caps = shape, caps
+        info = {"vocab_size": shape.vocab_size, "hidden_size": shape.hidden_size,
+                "n_layers": shape.n_layers, "max_tokens_per_call": self.rt.max_tokens_per_call,
+                "max_context_len": self.rt.max_context_len, "capabilities": caps,
+                "name": str(self.rt.name)}
+        return {"info": info}, []
+
+    def op_reset(self, h):
+        self.rt.reset()
+        return {}, []
+
+    def op_forward(self, h):
+        toks = h.get("tokens")
+        V, L, H = self.shape.vocab_size, self.shape.n_layers, self.shape.hidden_size
+        if (not isinstance(toks, list) or not toks or
+                any(isinstance(t, bool) or not isinstance(t, int) for t in toks)):
+            raise Refused("tokens must be a non-empty list of integers")
+        if min(toks) < 0 or max(toks) >= V:
+            raise Refused("token id outside [0, %d)" % V)
+        start = _int(h, "start_pos")
+        n, all_logits, want_hidden = len(toks), h.get("all_logits", True), h.get("hidden", False)
+        mt, mc = self.rt.max_tokens_per_call, self.rt.max_context_len
+        if mt and n > mt:
+            raise Refused("%d tokens in one call, the runtime takes at most %d" % (n, mt))
+        if mc and start + n > mc:
+            raise Refused("positions up to %d, the runtime holds %d" % (start + n, mc))
+        if want_hidden and "hidden" not in self.caps:
+            raise Refused("hidden states asked for but not announced")
+        self.rt.hidden_requested = bool(want_hidden)
+        logits = as_f32(self.rt.forward(np.asarray(toks, dtype=np.int32), start), "logits")
+        if logits.shape != (n, V):
+            raise Refused("forward returned logits of shape %s, expected %s (every position)"
+                          % (tuple(logits.shape), (n, V)))
+        out = [("logits", logits if all_logits else logits[-1:])]
+        if want_hidden:
+            hid = as_f32(self.rt.hidden(), "hidden")
+            if hid.shape != (L + 1, n, H):
+                raise Refused("hidden() returned shape %s, expected %s"
+                              % (tuple(hid.shape), (L + 1, n, H)))
+            out.append(("hidden", hid))
+        return {}, out
+
+    def op_get_state(self, h):
+        n_pos = _int(h, "n_pos")
+        got = self.rt.state(n_pos)
+        if not isinstance(got, dict):
+            raise Refused("state() must return a dict, got %s" % type(got).__name__)
+        want = self.shape.state_shapes(n_pos)
+        if want is None:   # config without the state dims: send what the runtime gave
+            return {}, [(k, as_f32(got[k], k)) for k in sorted(got)]
+        extra = sorted(set(got) - {name for name, _ in want})
+        if extra:
+            raise Refused("state() returned an unknown buffer %s" % extra[0])
+        out = []
+        for name, shape in want:
+            if name not in got:
+                raise Refused("state() lacks %s" % name)
+            a = as_f32(got[name], name)
+            if a.shape != shape:
+                raise Refused("state() %s has shape %s, expected %s" % (name, a.shape, shape))
+            out.append((name, a))
+        return {}, out
+
+    def op_fill_state(self, h):
+        self.rt.fill_state(_fill_value(h.get("value")))
+        return {}, []
+
+    def op_set_option(self, h):
+        key, value = h.get("key"), h.get("value")
+        if not isinstance(key, str) or not isinstance(value, (str, int, float)):
+            raise Refused("set_option needs a string key and value")
+        if key not in self.caps or key not in ("threads", "dn_kernel", "chunk_size"):
+            raise Unsupported("option %r is not supported" % key)
+        self.rt.set_option(key, str(value))
+        return {}, []
+
+    # ---- dispatch --------------------------------------------------------------------------
+    NEEDS = {"get_state": "state_read", "fill_state": "state_fill"}   # op -> capability
+
+    def handle(self, h):
+        """The response frame (header, tensors) for one request header."""
+        op = h.get("op")
+        fn = getattr(self, "op_%s" % op, None) if isinstance(op, str) else None
+        try:
+            if fn is None:
+                raise Refused("unknown op %r" % (op,))
+            if op != "open" and self.shape is None:
+                raise Refused("%s before open" % op)
+            cap = self.NEEDS.get(op)
+            if cap and cap not in self.caps:
+                raise Unsupported("%s was not announced" % cap)
+            extra, tensors = fn(h)
+            return dict({"type": "ok"}, **extra), tensors
+        except Unsupported as e:
+            return {"type": "error", "unsupported": True,
+                    "message": str(e) or "unsupported"}, []
+        except Refused as e:
+            sys.stderr.write("qwen_conform_adapter: %s: %s\n" % (op, e))
+            return {"type": "error", "message": "%s: %s" % (op, e)}, []
+        except Exception as e:  # the runtime's own failure: traceback on stderr, last line back
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+            last = traceback.format_exception_only(type(e), e)[-1].strip()
+            return {"type": "error", "message": last}, []
+
+
+def serve(runtime, stdin=None, stdout=None):
+    """Speak the protocol for `runtime` on stdin/stdout (binary streams; default the process's
+    own) until close or EOF. Returns the exit code: 0 after close or a clean EOF, 1 when the
+    host sent a malformed frame or closed the pipe mid-answer."""
+    if not isinstance(runtime, Runtime):
+        raise TypeError("serve() needs a Runtime instance, got %r" % (runtime,))
+    session = _Session(runtime)
+    with _isolated(stdin, stdout) as (rd, wr):
+        try:
+            return _loop(session, rd, wr)
+        except BrokenPipeError:
+            sys.stderr.write("qwen_conform_adapter: the host closed the pipe\n")
+            return 1
+
+
+def _loop(session, rd, wr):
+    """hello, then one response per request until close (0), EOF (0) or a bad frame (1)."""
+    runtime = session.rt
+    framing.write_frame(wr, {"type": "hello", "protocol": PROTOCOL, "version": VERSION,
+                             "name": str(runtime.name)})
+    while True:
+        try:
+            frame = framing.read_frame(rd)
+        except framing.ProtocolError as e:
+            sys.stderr.write("qwen_conform_adapter: protocol violation from the host: %s\n" % e)
+            return 1
+        if frame is None:
+            return 0
+        header, _ = frame
+        if header.get("op") == "close":
+            try:
+                runtime.close()
+            except Exception as e:
+                traceback.print_exc(file=sys.stderr)
+                last = traceback.format_exception_only(type(e), e)[-1].strip()
+                framing.write_frame(wr, {"type": "error", "message": last})
+                return 1
+            framing.write_frame(wr, {"type": "ok"})
+            return 0
+        framing.write_frame(wr, *session.handle(header))

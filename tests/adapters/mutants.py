@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""Mutant exec adapters for the CLI tests: the float32 golden adapter with ONE injected bug.
+
+    /usr/bin/python3 tests/adapters/mutants.py NAME
+
+NAME              the bug                                            what must catch it
+good              none                                               (everything passes)
+conv-not-reset    reset() keeps the conv_state of the previous        garbage_reset, conv_state
+                  sequence
+static-rope-p1    single-token calls apply RoPE at position p+1       static_eq_dynamic, k_cache,
+                  (a static [1,1] export fed the wrong position)      decode.logits
+kv-slots-written  state(n_pos) shows non-zero KV slots past the       unused_slots
+                  used positions (a runtime writing past the end)
+fill-lies         fill_state also writes a shadow conv buffer that    garbage_reset
+                  forward adds in and reset() never clears
+decode-drift      a one-token call leaves the DeltaNet state 5 %      decode.logits in dynamic
+                  too large (a decode-only state bug: the chunked     mode, localised to decode
+                  multi-token prefill is right)                       step 0 and layer 0
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "adapters", "golden"))
+
+from qc_golden_adapter import GoldenF32  # noqa: E402  (puts adapters/python on sys.path)
+from qwen_conform_adapter import serve  # noqa: E402
+
+
+class ConvNotReset(GoldenF32):
+    """reset() forgets to clear the DeltaNet conv buffers."""
+
+    def reset(self):
+        old = getattr(self, "cache", None)
+        super().reset()
+        for new, prev in zip(self.cache.layers, old.layers if old else []):
+            if "conv_state" in prev:
+                new["conv_state"] = prev["conv_state"]
+
+
+class StaticRopeP1(GoldenF32):
+    """A one-token call rotates q and k as if it sat one position later."""
+
+    def _run(self, tokens):
+        if len(tokens) != 1:
+            return super()._run(tokens)
+        self.cache.pos += 1            # the model derives the RoPE positions from pos
+        try:
+            return super()._run(tokens)
+        finally:
+            self.cache.pos -= 1
+
+
+class KvSlotsWritten(GoldenF32):
+    """KV slots past the used positions hold garbage instead of zeros."""
+
+    def state(self, n_pos):
+        s = super().state(n_pos)
+        for name, buf in s.items():
+            if name.endswith(("k_cache", "v_cache")):
+                buf[:, self.cache.pos:] = 0.25
+        return s
+
+
+class FillLies(GoldenF32):
+    """fill_state reaches a shadow conv buffer that forward adds in and reset() ignores."""
+
+    shadow = 0.0
+
+    def fill_state(self, value):
+        super().fill_state(value)
+        self.shadow = value
+
+    def _run(self, tokens):
+        if self.shadow != 0.0:         # NaN != 0.0 too
+            for d in self.cache.layers:
+                if "conv_state" in d:
+                    d["conv_state"] += self.shadow
+        return super()._run(tokens)
+
+
+class DecodeDrift(GoldenF32):
+    """One-token calls (decode, and static prefill) scale the recurrent state by 1.05."""
+
+    def _run(self, tokens):
+        out = super()._run(tokens)
+        if len(tokens) == 1:
+            for d in self.cache.layers:
+                if "recurrent_state" in d:
+                    d["recurrent_state"] *= 1.05
+        return out
+
+
+MUTANTS = {"good": GoldenF32, "conv-not-reset": ConvNotReset, "static-rope-p1": StaticRopeP1,
+           "kv-slots-written": KvSlotsWritten, "fill-lies": FillLies,
+           "decode-drift": DecodeDrift}
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] not in MUTANTS:
+        sys.stderr.write("usage: mutants.py %s\n" % "|".join(MUTANTS))
+        return 2
+    rt = MUTANTS[argv[1]]()
+    rt.name = "golden-f32 mutant %s" % argv[1]
+    return serve(rt)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
