@@ -11,7 +11,7 @@
 #include <errno.h>
 #include <sys/stat.h>
 
-#include "qc/qc_cli.h"
+#include "qc_cli.h"
 #include "qc/qc_memplan.h"
 #include "qc_cli_common.h"
 #include "qc_remote.h"
@@ -374,7 +374,7 @@ static void diff_case(ctx *c, const char *label, const qc_golden_case *gc,
                     "the actual file has no prefill/hidden", NULL);
     }
     if (!localised) ck_state_localisation(c, act, gc, "prefill", label, "file", loc, sizeof loc);
-    ck_vs_golden_checks(c, gc, act, label, "file", "", loc[0] ? loc : NULL, NULL);
+    ck_vs_golden_checks(c, gc, act, label, "file", "", loc[0] ? loc : NULL, NULL, NULL);
 }
 
 static const char diff_usage[] =

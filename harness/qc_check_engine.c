@@ -12,7 +12,7 @@
 
 #include "qc_check_internal.h"
 
-#include "qc/qc_cli.h"
+#include "qc_cli.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +36,10 @@ typedef struct {
     qc_backend *be[QC_CK_SLOTS];  /* main backends (NULL when not checked) */
     qc_backend *alt[QC_CK_SLOTS]; /* the same backend with the other thread count (2 when the
                                      main runs use 1, else 1) for threads_bitwise (NULL: none) */
+    qc_backend *cmp;              /* the reference backend, to localise decode-only failures of
+                                     the others by their hidden states (borrowed from the REF
+                                     slot, or owned when own_cmp) */
+    int own_cmp;
     int max_tokens;
 } backends;
 
@@ -367,22 +371,26 @@ void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_ca
     free(pl);
 }
 
-/* The first decode step whose logits row is over tolerance (-1: none). */
-static int first_bad_decode_step(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
-                                 const char *backend, const char *mode) {
+int ck_first_bad_logits_row(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+                            const char *backend, const char *mode, int prefill) {
     const int V = c->cfg->vocab_size;
+    const int rows = prefill ? gc->n_tokens : gc->n_decode;
+    const int pos0 = prefill ? gc->start_pos : gc->start_pos + gc->n_tokens;
+    const char *path = prefill ? "prefill/logits" : "decode/logits";
+    const float *a = prefill ? act->prefill_logits : act->decode_logits;
+    const float *g = prefill ? gc->prefill_logits : gc->decode_logits;
     char case_id[256];
     snprintf(case_id, sizeof case_id, "%s/%s", c->stem, gc->name);
     qc_tol t;
-    qc_policy_lookup(c->pol, QC_TC_LOGITS, backend, mode, "decode.logits", case_id,
-                     "decode/logits", &t, NULL);
-    for (int s = 0; s < gc->n_decode; s++) {
+    qc_policy_lookup(c->pol, QC_TC_LOGITS, backend, mode, prefill ? "prefill.logits" : "decode.logits",
+                     case_id, path, &t, NULL);
+    for (int s = 0; s < rows; s++) {
         qc_tdesc d;
-        ck_desc_logits(&d, "decode/logits", 1, V, gc->start_pos + gc->n_tokens + s, 1);
+        ck_desc_logits(&d, path, 1, V, pos0 + s, !prefill);
         d.atol = t.atol, d.rtol = t.rtol;
         qc_metrics m;
         qc_metrics_init(&m, 0);
-        qc_metrics_add(&m, &d, act->decode_logits + (size_t)s * V, gc->decode_logits + (size_t)s * V);
+        qc_metrics_add(&m, &d, a + (size_t)s * V, g + (size_t)s * V);
         if (!qc_metrics_close(&m)) return s;
     }
     return -1;
@@ -402,7 +410,7 @@ static int mode_selected(ctx *c, const char *case_name, const char *backend, qc_
 
 void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
                          const char *backend, const char *mode, const char *dump_file,
-                         const char *loc, const char *state_skip) {
+                         const char *loc, const char *state_skip, const char *decode_loc) {
     const qc_config *cfg = c->cfg;
     const int V = cfg->vocab_size;
     cmp_spec s = {.case_name = gc->name, .backend = backend, .mode = mode,
@@ -471,16 +479,19 @@ void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case 
     if (gc->n_decode > 0) {
         /* decode-only localisation: prefill passes, so the divergence starts in decode */
         char dloc[4096] = "";
-        int step = first_bad_decode_step(c, gc, act, backend, mode);
+        int step = ck_first_bad_logits_row(c, gc, act, backend, mode, 0);
         if (prefill_v == QC_VERDICT_PASS && step >= 0) {
             snprintf(dloc, sizeof dloc, "Prefill logits pass; the divergence starts in decode: "
                      "first failing step %d (position %d, fed token %d)", step,
                      gc->start_pos + gc->n_tokens + step, gc->decode_tokens[step]);
             if (act->decode_state.present && gc->decode_state.present)
                 ck_state_localisation(c, act, gc, "decode", backend, mode, dloc, sizeof dloc);
-            else
+            else if (!decode_loc)
                 snprintf(dloc + strlen(dloc), sizeof dloc - strlen(dloc), "\nNo decode state "
-                         "from the runtime: the layer cannot be named from this data");
+                         "or hidden states from the runtime: the layer cannot be named from this "
+                         "data");
+            if (decode_loc)
+                snprintf(dloc + strlen(dloc), sizeof dloc - strlen(dloc), "\n%s", decode_loc);
         }
         const char *dl = dloc[0] ? dloc : loc;
         memset(pl, 0, sizeof *pl);
@@ -528,6 +539,97 @@ typedef struct {
     qc_golden_case act[QC_CK_SLOTS][N_MODES];  /* main results */
 } case_runs;
 
+/* The hidden state (L+1 indices) of one decode step of a run: the case run again with the trace
+ * hook capturing only that position. */
+static qc_status decode_hidden(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+                               int step, float *dst, qc_err *err) {
+    const qc_config *cfg = c->cfg;
+    const int L = cfg->n_layers, H = cfg->hidden_size;
+    hcap h = {0};
+    h.hidden = dst;
+    h.seen = calloc((size_t)L + 1, 1);
+    if (!h.seen) return qc_errf(err, QC_ERR_OOM, "out of memory");
+    h.L1 = L + 1, h.T = 1, h.H = H, h.lo = gc->start_pos + gc->n_tokens + step;
+    qc_golden_case tmp;
+    qc_status s = run_one(be, gc, mode, c->o, 0, &h, &tmp, err);
+    if (!s) qc_case_free(cfg, &tmp);
+    int seen = 0;
+    for (int i = 0; i <= L; i++) seen += h.seen[i];
+    free(h.seen);
+    if (!s && seen != L + 1)
+        s = qc_errf(err, QC_ERR_RUNTIME, "%s: %d of %d hidden states at the decode step", be->name,
+                    seen, L + 1);
+    return s;
+}
+
+/* Decode-only failures with hidden states: the first divergent layer at the first failing
+ * decode step, against the reference backend run on the same inputs (the golden holds no
+ * decode hidden states). NULL when not applicable; else malloc'd text. */
+static char *decode_hidden_localisation(ctx *c, backends *bs, int bi, const qc_golden_case *gc,
+                                        qc_mode mode, const qc_golden_case *act) {
+    qc_backend *be = bs->be[bi], *ref = bs->cmp;
+    const char *bname = c->slot_name[bi], *mname = qc_mode_str(mode);
+    if (!ref || ref == be || bi == QC_CK_REF || gc->n_decode == 0 ||
+        !(be->caps & QC_BE_CAP_HIDDEN))
+        return NULL;
+    if (ck_first_bad_logits_row(c, gc, act, bname, mname, 1) >= 0) return NULL;
+    int step = ck_first_bad_logits_row(c, gc, act, bname, mname, 0);
+    if (step < 0) return NULL;
+    const int L = c->cfg->n_layers, H = c->cfg->hidden_size;
+    float *a = calloc((size_t)(L + 1) * H, sizeof(float)), *r = calloc((size_t)(L + 1) * H, sizeof(float));
+    qc_err err;
+    qc_err_clear(&err);
+    char *out = NULL;
+    if (!a || !r) goto done;
+    if (decode_hidden(c, be, gc, mode, step, a, &err) || decode_hidden(c, ref, gc, mode, step, r, &err)) {
+        out = qc_strdup_printf("Hidden states at decode step %d could not be compared: %s", step,
+                               err.msg);
+        goto done;
+    }
+    char case_id[256];
+    snprintf(case_id, sizeof case_id, "%s/%s", c->stem, gc->name);
+    qc_tol t;
+    qc_policy_lookup(c->pol, QC_TC_HIDDEN, bname, mname, "decode.hidden", case_id, "decode/hidden",
+                     &t, NULL);
+    int first = -1;
+    char curve[2048];
+    size_t o = 0;
+    curve[0] = 0;
+    for (int i = 0; i <= L; i++) {
+        qc_metrics m;
+        qc_metrics_init(&m, 0);
+        qc_tdesc d;
+        int64_t sh[2] = {1, H};
+        qc_tdesc_init(&d, QC_TC_HIDDEN, "decode/hidden", 2, sh);
+        d.atol = t.atol, d.rtol = t.rtol;
+        qc_metrics_add(&m, &d, a + (size_t)i * H, r + (size_t)i * H);
+        int ok = qc_metrics_close(&m);
+        if (!ok && first < 0) first = i;
+        if (o < sizeof curve)
+            o += (size_t)snprintf(curve + o, sizeof curve - o, "%s[%d] %.2g%s", i ? ", " : "", i,
+                                  m.n_nonfinite ? INFINITY : m.max_abs, ok ? "" : "!");
+    }
+    if (first < 0)
+        out = qc_strdup_printf("At decode step %d every hidden state agrees with the reference "
+                               "backend (the divergence is after the final norm)\nPer-layer max "
+                               "|diff| vs reference: %s", step, curve);
+    else if (first == 0)
+        out = qc_strdup_printf("At decode step %d the first divergent layer (vs the reference "
+                               "backend on the same inputs) is the embeddings (hidden[0])\n"
+                               "Per-layer max |diff| vs reference (! = over tolerance): %s", step,
+                               curve);
+    else
+        out = qc_strdup_printf("At decode step %d the first divergent layer (vs the reference "
+                               "backend on the same inputs) is layer %d (%s) (hidden[%d]%s)\n"
+                               "Per-layer max |diff| vs reference (! = over tolerance): %s", step,
+                               first - 1, ck_layer_kind(c->cfg, first - 1), first,
+                               first == L ? ", after the final norm" : " is its output", curve);
+done:
+    free(a);
+    free(r);
+    return out;
+}
+
 /* The main run of one (backend, mode): vs the golden, localisation, garbage / slots, threads. */
 static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, qc_mode mode,
                        case_runs *cr) {
@@ -570,8 +672,10 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     char state_skip[400];
     snprintf(state_skip, sizeof state_skip, "capability '%s' not announced by %s",
              qc_cap_name(QC_BE_CAP_STATE_READ), bname);
+    char *dec_loc = decode_hidden_localisation(c, bs, bi, gc, mode, act);
     ck_vs_golden_checks(c, gc, act, bname, mname, c->dump_path[bi][mode], loc[0] ? loc : NULL,
-                        (be->caps & QC_BE_CAP_STATE_READ) ? NULL : state_skip);
+                        (be->caps & QC_BE_CAP_STATE_READ) ? NULL : state_skip, dec_loc);
+    free(dec_loc);
 
     if (be->caps & QC_BE_CAP_STATE_FILL) {
         check_garbage_and_slots(c, be, gc, mode, act);
@@ -937,7 +1041,8 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
             if (sel[i] && need > ctx) ctx = need;
         }
         qc_memplan_req rq;
-        qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, "all", ctx, ctx);
+        qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, ctx, ctx);
+        qc_registry_memplan("all", &rq, NULL); /* both built-ins at once */
         rq.weight_bytes = qc_model_weight_bytes(model);
         rq.nokv = 1;
         rq.n_logit_rows = 2 * ctx;
@@ -1026,6 +1131,17 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
     bs.max_tokens = maxctx;
     for (int bi = 0; bi < QC_CK_SLOTS; bi++)
         if (avail & (1 << bi)) create_slot(c, &bs, bi, g->model_dir, model, use_model, maxctx);
+    bs.cmp = bs.be[QC_CK_REF];
+    if (!bs.cmp && bs.be[QC_CK_EXT]) {
+        qc_backend_opts bo;
+        qc_backend_opts_default(&bo);
+        bo.max_tokens = maxctx;
+        qc_runtime_spec rs;
+        qc_err_clear(&err);
+        if (qc_registry_parse("reference", 0, &rs, &err) == QC_OK &&
+            qc_registry_create(&rs, g->model_dir, model, &bo, &bs.cmp, &err) == QC_OK)
+            bs.own_cmp = 1;
+    }
     /* dump files */
     memset(c->dump_path, 0, sizeof c->dump_path);
     if (c->o->dump_dir)
@@ -1072,6 +1188,7 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
         }
     for (int bi = 0; bi < QC_CK_SLOTS; bi++) qc_backend_destroy(bs.be[bi]);
     for (int bi = 0; bi < QC_CK_SLOTS; bi++) qc_backend_destroy(bs.alt[bi]);
+    if (bs.own_cmp) qc_backend_destroy(bs.cmp);
     ck_fault_model_free(fm);
     qc_model_free(model);
     free(sel);

@@ -17,9 +17,9 @@
 #include <stdint.h>
 
 #include "qc/qc_backend.h"
-#include "qc/qc_golden.h"
+#include "qc_golden.h"
 #include "qc/qc_model.h"
-#include "qc/qc_runcase.h"
+#include "qc_runcase.h"
 #include "qc_metrics.h"
 #include "qc_report_results.h"
 
@@ -156,10 +156,16 @@ void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_ca
                            const char *when, const char *backend, const char *mode, char *loc,
                            size_t loclen);
 /* Every check of one run against the golden. state_skip: NULL, or why the actual run has no
- * state buffers (the state checks are then SKIPPED with it). */
+ * state buffers (the state checks are then SKIPPED with it). decode_loc: NULL, or the
+ * hidden-state localisation at the first failing decode step (appended to the decode-only
+ * localisation). */
 void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
                          const char *backend, const char *mode, const char *dump_file,
-                         const char *loc, const char *state_skip);
+                         const char *loc, const char *state_skip, const char *decode_loc);
+/* The first decode step whose logits row is over tolerance (-1: none); the same for the prefill
+ * rows (prefill = 1). */
+int ck_first_bad_logits_row(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+                            const char *backend, const char *mode, int prefill);
 void ck_make_stem(const char *path, const char *root, char *out, size_t n);
 int ck_cfg_same(const qc_config *a, const qc_config *b);
 
