@@ -43,7 +43,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "qc/qc_cli.h"
+#include "qc_cli.h"
 #include "qc/qc_config.h"
 #include "qc/qc_runtime_plugin.h"
 #include "qc/qc_status.h"
@@ -98,6 +98,7 @@ typedef struct {
 typedef struct {
     char msg[1200];
     int unsupported;
+    int from_plugin; /* the plugin's own failure (its last_error): not echoed on stderr */
 } as_fail;
 
 static int failf(as_fail *f, int unsupported, const char *fmt, ...)
@@ -116,8 +117,10 @@ static int failf(as_fail *f, int unsupported, const char *fmt, ...) {
 static int plugin_fail(as_server *s, as_fail *f, int rc, const char *what) {
     const char *le = s->api->last_error(s->h);
     if (!le || !le[0]) le = "(the plugin gave no error text)";
-    if (what) return failf(f, rc == QC_PLUGIN_UNSUPPORTED, "%s: %s", what, le);
-    return failf(f, rc == QC_PLUGIN_UNSUPPORTED, "%s", le);
+    if (what) failf(f, rc == QC_PLUGIN_UNSUPPORTED, "%s: %s", what, le);
+    else failf(f, rc == QC_PLUGIN_UNSUPPORTED, "%s", le);
+    f->from_plugin = 1;
+    return -1;
 }
 
 /* ===================================================================================== */
@@ -278,10 +281,12 @@ static int send_ok(as_server *s, cJSON *extra_info, const as_tensor *t, int nt) 
     return send_frame(s, h, t, h ? nt : 0);
 }
 
-static int send_error(as_server *s, const char *op, as_fail *f) {
+static int send_error(as_server *s, as_fail *f) {
     utf8_sanitize(f->msg);
-    fprintf(stderr, "%s: %s: error answer%s: %s\n", PROG, op ? op : "request",
-            f->unsupported ? " (unsupported)" : "", f->msg);
+    /* our own refusals are logged; a plugin's failure travels in the frame only, so that the
+     * last stderr lines the host shows stay the plugin's own */
+    if (!f->from_plugin)
+        fprintf(stderr, "%s: refused: %s\n", PROG, f->msg);
     cJSON *h = cJSON_CreateObject();
     if (h) {
         cJSON_AddStringToObject(h, "type", "error");
@@ -703,7 +708,7 @@ static int serve(as_server *s) {
             else
                 failf(&f, 0, "protocol violation: header_len %u outside 1 .. %u", hlen,
                       AS_MAX_HEADER);
-            send_error(s, NULL, &f); /* the framing is lost: cannot resynchronise */
+            send_error(s, &f); /* the framing is lost: cannot resynchronise */
             close_plugin(s);
             return 1;
         }
@@ -713,7 +718,7 @@ static int serve(as_server *s) {
             free(text);
             if (!text) failf(&f, 0, "out of memory for a %u-byte header", hlen);
             else failf(&f, 0, "protocol violation: truncated frame");
-            send_error(s, NULL, &f);
+            send_error(s, &f);
             close_plugin(s);
             return 1;
         }
@@ -752,11 +757,7 @@ static int serve(as_server *s) {
         }
         /* rc: 0 answered ok; -1 from a handler: f says why (unless the write itself failed) */
         int w = rc;
-        if (rc < 0 && f.msg[0]) {
-            char opname[112];
-            snprintf(opname, sizeof opname, "%s", op ? op : "request");
-            w = send_error(s, opname, &f);
-        }
+        if (rc < 0 && f.msg[0]) w = send_error(s, &f);
         cJSON_Delete(req);
         if (w < 0) {
             fprintf(stderr, "%s: cannot write to stdout (the host is gone): %s\n", PROG,

@@ -72,6 +72,8 @@ typedef struct {
     pid_t pid;                 /* the /bin/sh child (and process group id); -1 when none */
     int fd_in, fd_out, fd_err; /* host ends: child's stdin (write), stdout, stderr (read) */
     int dead;                  /* the child failed: only reset (restart) and close work */
+    int open_refused;          /* the child answered open with an error (the runtime cannot
+                                  load the model: QC_ERR_RUNTIME, not a usage error) */
     char dead_why[1200];       /* "<what>, in <op>" of that failure */
     int warned_caps;           /* unknown capability warning printed once */
     qc_plugin_info info;       /* from the first open */
@@ -632,8 +634,11 @@ static int recv_header(qc_exec *x, const char *op, double deadline, cJSON **root
                 if (m <= 0) break;
                 got += (size_t)m;
             }
+            size_t show = 0; /* up to the end of the first line, if it is one */
+            while (show < got && pre[show] != '\n') show++;
+            show = show < got ? show + 1 : got;
             char q[300];
-            quote_bytes(pre, got, q, sizeof q);
+            quote_bytes(pre, show, q, sizeof q);
             return fail(x, op, "protocol violation: bad magic: stdout has %s where a frame "
                         "(\"QCAP\") must start (text printed on stdout?)", q);
         }
@@ -660,13 +665,13 @@ static int recv_header(qc_exec *x, const char *op, double deadline, cJSON **root
     return QC_PLUGIN_OK;
 }
 
-/* Send a request and read the answer's header. OK: an "ok" answer, *root to free. An "error"
- * answer: QC_PLUGIN_ERROR, or QC_PLUGIN_UNSUPPORTED when it says "unsupported": true (the
- * child stays up). Anything else: QC_PLUGIN_ERROR, child killed. */
-static int transact(qc_exec *x, const char *op, const char *hdr, size_t len, double timeout_s,
+/* Send a request and read the answer's header, both by deadline (the caller reads any payload
+ * by the same deadline). OK: an "ok" answer, *root to free. An "error" answer: QC_PLUGIN_ERROR,
+ * or QC_PLUGIN_UNSUPPORTED when it says "unsupported": true (the child stays up). Anything
+ * else: QC_PLUGIN_ERROR, child killed. */
+static int transact(qc_exec *x, const char *op, const char *hdr, size_t len, double deadline,
                     cJSON **root, uint64_t *payload_len) {
     *root = NULL;
-    double deadline = now_s() + timeout_s;
     int rc = send_request(x, op, hdr, len, deadline);
     if (rc) return rc;
     cJSON *j;
@@ -684,6 +689,8 @@ static int transact(qc_exec *x, const char *op, const char *hdr, size_t len, dou
         int unsup = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "unsupported"));
         char m[600];
         snprintf(m, sizeof m, "%s", cJSON_IsString(msg) ? msg->valuestring : "(no message)");
+        for (char *c = m; *c; c++) /* one line */
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
         cJSON_Delete(j);
         if (pl) return fail(x, op, "protocol violation: an error answer with a payload of %llu "
                             "bytes", (unsigned long long)pl);
@@ -808,7 +815,7 @@ static int simple_request(qc_exec *x, const char *op, cJSON *req) {
     if (!s) return local_err(x, QC_PLUGIN_ERROR, op, "out of memory building the request");
     cJSON *root;
     uint64_t pl;
-    int rc = transact(x, op, s, strlen(s), x->timeout_s, &root, &pl);
+    int rc = transact(x, op, s, strlen(s), now_s() + x->timeout_s, &root, &pl);
     free(s);
     if (rc) return rc;
     return expect_empty(x, op, root, pl);
@@ -937,10 +944,11 @@ static int start_child(qc_exec *x, qc_plugin_info *info, const char *tag) {
     cJSON_Delete(req);
     if (!s) return fail(x, op_open, "out of memory building the open request");
     cJSON *root;
-    rc = transact(x, op_open, s, strlen(s), x->timeout_s, &root, &pl);
+    rc = transact(x, op_open, s, strlen(s), now_s() + x->timeout_s, &root, &pl);
     free(s);
     if (rc) {
-        if (x->pid > 0) { /* an error answer: the adapter cannot be used */
+        if (x->pid > 0) { /* an error answer: the runtime cannot open this model */
+            x->open_refused = 1;
             char what[sizeof x->what];
             snprintf(what, sizeof what, "open failed: %s", x->what);
             return fail(x, op_open, "%s", what);
@@ -1083,9 +1091,10 @@ static int x_forward(void *h, const int32_t *tokens, int32_t n, int32_t start_po
                  all_logits ? "true" : "false", want_h ? "true" : "false");
     cJSON *root;
     uint64_t pl;
-    int rc = transact(x, "forward", x->req, (size_t)(p - x->req), x->timeout_s, &root, &pl);
+    double deadline = now_s() + x->timeout_s;
+    int rc = transact(x, "forward", x->req, (size_t)(p - x->req), deadline, &root, &pl);
     if (rc) return rc;
-    rc = recv_tensors(x, "forward", root, pl, sp, want_h ? 2 : 1, now_s() + x->timeout_s);
+    rc = recv_tensors(x, "forward", root, pl, sp, want_h ? 2 : 1, deadline);
     if (rc) return rc;
     if (want_h) {
         x->hidden_valid = 1;
@@ -1102,7 +1111,7 @@ static void x_close(void *h) {
         const char *req = "{\"op\":\"close\"}";
         cJSON *root = NULL;
         uint64_t pl;
-        if (!transact(x, "close", req, strlen(req), CLOSE_WAIT_S, &root, &pl))
+        if (!transact(x, "close", req, strlen(req), dl, &root, &pl))
             cJSON_Delete(root);
         while (x->pid > 0) { /* its answer does not matter: wait for the exit, or kill */
             siginfo_t si;
@@ -1195,10 +1204,10 @@ static int fetch_state(qc_exec *x, int32_t n_pos) {
     int len = snprintf(req, sizeof req, "{\"op\":\"get_state\",\"n_pos\":%d}", (int)n_pos);
     cJSON *root;
     uint64_t pl;
-    int rc = transact(x, "get_state", req, (size_t)len, x->timeout_s, &root, &pl);
+    double deadline = now_s() + x->timeout_s;
+    int rc = transact(x, "get_state", req, (size_t)len, deadline, &root, &pl);
     if (rc) return rc;
-    rc = recv_tensors(x, "get_state", root, pl, x->specs, 2 * d->n_layers,
-                      now_s() + x->timeout_s);
+    rc = recv_tensors(x, "get_state", root, pl, x->specs, 2 * d->n_layers, deadline);
     if (rc) return rc;
     x->state_npos = n_pos;
     return QC_PLUGIN_OK;
@@ -1381,11 +1390,14 @@ qc_status qc_exec_open(const char *cmd, double timeout_s, const char *model_dir,
     x->state_npos = -1;
     snprintf(x->err, sizeof x->err, "no error");
     if (start_child(x, &x->info, "")) {
+        /* the adapter did not start: a usage problem (exit 2); it started and answered open
+         * with an error: the runtime under test cannot load the model (a FAIL of it) */
+        qc_status st = x->open_refused ? QC_ERR_RUNTIME : QC_ERR_ARG;
         format_msg(x, g_open_err, sizeof g_open_err); /* the stderr tail cut to fit qc_err */
-        qc_errf(err, QC_ERR_ARG, "%s", g_open_err);
+        qc_errf(err, st, "%s", g_open_err);
         x->dead = 1;
         x_close(x);
-        return QC_ERR_ARG;
+        return st;
     }
     *info = x->info;
     *handle = x;

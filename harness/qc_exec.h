@@ -43,6 +43,7 @@ typedef struct {
  * open answered with an error, malformed hello/open answer) -> QC_ERR_ARG with a message
  * naming the command and the child's last stderr lines; nothing left running.
  * On QC_OK the caller owns *handle (free with qc_exec_api()->close); options NULL = "". */
+/* (an open answered with an error is QC_ERR_RUNTIME: the runtime cannot load that model) */
 qc_status qc_exec_open(const char *cmd, double timeout_s, const char *model_dir,
                        const char *options, qc_plugin_info *info, void **handle, qc_err *err);
 
