@@ -2,7 +2,7 @@
  *
  * Projections (one packed GEMM / matvec over in_proj_qkv | z | b | a), causal depthwise conv +
  * SiLU vectorised over channels, per-head l2norm / beta / g, then per value head (split across
- * threads) either the token recurrence or the chunked algorithm of qwen35-architecture.md 5.1
+ * threads) either the token recurrence or the chunked algorithm of docs/qwen35-model.md 8.7
  * with every product a blocked gemm_nn:
  *   A  = -(kb K^T * D)  (strictly lower)          D[r,s] = exp(gam_r - gam_s)
  *   T  = (I - A)^{-1}                               forward substitution (unit lower)
@@ -77,7 +77,7 @@ typedef struct {
     long ldo;
 } dn_head;
 
-/* token recurrence (qwen35-architecture.md 4.3 step 7) */
+/* token recurrence (docs/qwen35-model.md 8.6) */
 static void dn_recurrent_head(const qc_opt_kernels *K, const dn_head *a, float *S, float *kv) {
     const int dk = a->dk, dv = a->dv, nv2 = 2 * a->nv;
     for (int t = 0; t < a->n; t++) {
@@ -99,7 +99,7 @@ static void dn_recurrent_head(const qc_opt_kernels *K, const dn_head *a, float *
     }
 }
 
-/* chunked algorithm (qwen35-architecture.md 5.1), chunks of `chunk` tokens */
+/* chunked algorithm (docs/qwen35-model.md 8.7), chunks of `chunk` tokens */
 static void dn_chunked_head(const qc_opt_kernels *K, const dn_head *a, float *S, int chunk,
                             int cm, qc_opt_thread *w) {
     const int dk = a->dk, dv = a->dv, nv2 = 2 * a->nv;

@@ -10,7 +10,7 @@
  * never converted as a whole. Small vectors (norm weights, A_log, dt_bias, conv1d) are widened
  * once at create into owned fp32 copies and passed here as plain float arrays.
  *
- * The math follows qwen35-architecture.md sections 4.1 - 4.4 (Hugging Face is canonical).
+ * The math is docs/qwen35-model.md, sections 4 - 9 (Hugging Face is canonical).
  */
 #ifndef QC_REF_BLOCKS_H
 #define QC_REF_BLOCKS_H

@@ -48,7 +48,7 @@ void qc_ref_dn_scratch_init(qc_ref_dn_scratch *s, const qc_ref_dn_dims *d, int m
 }
 
 /* ===================================================================================== */
-/* Token recurrence (qwen35-architecture.md 4.3 step 7)                                   */
+/* Token recurrence (docs/qwen35-model.md 8.6)                                            */
 /* ===================================================================================== */
 
 void qc_ref_dn_recurrent(const qc_ref_dn_dims *d, int n, const float *q, const float *k,
@@ -87,7 +87,7 @@ void qc_ref_dn_recurrent(const qc_ref_dn_dims *d, int n, const float *q, const f
 }
 
 /* ===================================================================================== */
-/* Chunked algorithm (qwen35-architecture.md 5.1)                                         */
+/* Chunked algorithm (docs/qwen35-model.md 8.7)                                           */
 /* ===================================================================================== */
 
 /* One chunk of Lc tokens (tokens c0 .. c0+Lc-1) for value head j / key head kh. */

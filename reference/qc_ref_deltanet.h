@@ -6,7 +6,7 @@
  *   d   = beta[t,j] * (v[t,j] - kv)            (dv)
  *   S   = S + k[t,kh] d^T
  *   o[t,j] = S^T q[t,kh]                       (uses the updated state)
- * (qwen35-architecture.md 4.3 step 7); the chunked kernel is the parallel form of 5.1.
+ * (docs/qwen35-model.md 8.6 "Token recurrence"); the chunked kernel is its parallel form (8.7).
  * Inputs are already prepared: q and k l2-normalised, q scaled by 1/sqrt(dk), beta = sigmoid(b),
  * g = -exp(A_log) * softplus(a + dt_bias). Both start from the state passed in (the state's
  * current recurrent_state, never an implicit zero) and leave the final state in it.
@@ -51,7 +51,7 @@ void qc_ref_dn_recurrent(const qc_ref_dn_dims *d, int n, const float *q, const f
                          const float *v, const float *g, const float *beta, float *S,
                          float *o);
 
-/* Chunked algorithm (qwen35-architecture.md 5.1) with chunks of chunk_size tokens.
+/* Chunked algorithm (docs/qwen35-model.md 8.7) with chunks of chunk_size tokens.
  * The end padding of the last chunk is not materialised: padded tokens have k = 0, beta = 0,
  * g = 0, so their rows of A, T, U, W and Vn are exactly zero and they add exact zeros to the
  * outputs and the state; skipping them gives the same numbers. Hence the effective chunk is

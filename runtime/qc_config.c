@@ -364,7 +364,7 @@ qc_status qc_config_load(const char *model_dir, qc_config *cfg, qc_err *err) {
     return st;
 }
 
-/* ==== Presets: the real Qwen3.5 sizes (spec qwen35-architecture.md section 2) ==== */
+/* ==== Presets: the real Qwen3.5 sizes (docs/qwen35-model.md 2.6 "Presets") ==== */
 
 qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err) {
     static const struct {

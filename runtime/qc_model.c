@@ -10,7 +10,7 @@
  *   anything else                             QC_ERR_UNKNOWN naming the tensor
  * Each text tensor's shape is checked against the config (QC_ERR_SHAPE "[got] != [expected]");
  * a missing one is QC_ERR_MISSING naming it. The legacy Qwen3-Next packed in_proj_qkvz /
- * in_proj_ba (spec 3.7, grouped by key head) is split into in_proj_qkv / z / b / a buffers.
+ * in_proj_ba (docs/qwen35-model.md 3.4, by key head) is split into in_proj_qkv / z / b / a.
  */
 #include "qc/qc_model.h"
 
@@ -263,7 +263,7 @@ static qc_status classify(load_ctx *L, int file, const qc_st_tensor *t) {
     return QC_OK;
 }
 
-/* ==== Loader: legacy packed split (spec 3.7) ==== */
+/* ==== Loader: legacy packed split (docs/qwen35-model.md 3.4) ==== */
 
 /* in_proj_qkvz rows per key head g: [q_g (dk), k_g (dk), v_g (r*dv), z_g (r*dv)];
  * in_proj_ba rows per key head g: [b_g (r), a_g (r)]. */

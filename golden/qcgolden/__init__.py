@@ -1,7 +1,7 @@
 """qcgolden — the qwen-conform golden generator.
 
 An independent float64 PyTorch implementation of the Qwen3.5 dense text model written from
-shared/spec/qwen35-architecture.md, a byte-deterministic tiny-checkpoint writer, and the golden
+its definition (docs/qwen35-model.md), a byte-deterministic tiny-checkpoint writer, and the golden
 HDF5 writer (schema v1, golden/SCHEMA.md).
 
 Modules (one concern each):

@@ -1,10 +1,10 @@
 """Weights of a Hugging Face Qwen3.5 checkpoint, by canonical text-model name, as float64.
 
 Canonical names drop the `model.language_model.` / `model.` prefix: `embed_tokens.weight`,
-`norm.weight`, `layers.{i}.…`, `lm_head.weight` (spec section 3). `model.visual.*` and `mtp.*` are
+`norm.weight`, `layers.{i}.…`, `lm_head.weight` (docs/qwen35-model.md 3). `model.visual.*`, `mtp.*` are
 skipped (and counted); any other unknown tensor, any missing tensor and any shape that does not
 match the config is an error naming file and tensor. The legacy Qwen3-Next packed layout
-(`in_proj_qkvz`, `in_proj_ba`) is split into the Qwen3.5 tensors (spec section 3.7).
+(`in_proj_qkvz`, `in_proj_ba`) is split into the Qwen3.5 tensors (docs/qwen35-model.md 3.4).
 """
 import json
 import os
@@ -65,7 +65,7 @@ def expected_shapes(cfg):
 
 
 # ------------------------------------------------------------------------------------------------
-# Legacy packed layout (Qwen3-Next), spec section 3.7
+# Legacy packed layout (Qwen3-Next), docs/qwen35-model.md 3.4
 # ------------------------------------------------------------------------------------------------
 
 def split_qkvz(w, cfg):

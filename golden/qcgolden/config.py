@@ -1,4 +1,4 @@
-"""The Qwen3.5 text config (spec section 2) read from a Hugging Face config.json.
+"""The Qwen3.5 text config (docs/qwen35-model.md 2) read from a Hugging Face config.json.
 
 Accepts the multimodal nesting (`text_config`) or a flat text config; `rope_parameters` or the
 legacy top-level `rope_theta` / `partial_rotary_factor` (and `rope_scaling`); `layer_types` or

@@ -1,4 +1,4 @@
-"""The gated delta rule (spec sections 4.3 step 7 and 5.1), float64, all value heads at once.
+"""The gated delta rule (docs/qwen35-model.md 8.6 and 8.7), float64, all value heads at once.
 
 Inputs are the kernel inputs after l2norm, q scaling and the k -> v head mapping:
   q, k  [T, nv, dk]    v [T, nv, dv]    g, beta [T, nv]    S0 [nv, dk, dv] (row = key dim)

@@ -1,4 +1,4 @@
-"""The committed fixture set (design.md section 9) and its regeneration.
+"""The committed fixture set (described in fixtures/README.md, made by readme_text) and its regeneration.
 
 Each fixture is fixtures/<name>/model/{config.json, *.safetensors[, index]} plus
 fixtures/<name>/golden.h5 (model_path "model"). `build(root)` writes them all under root;

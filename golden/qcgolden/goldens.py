@@ -1,4 +1,4 @@
-"""Golden cases and the HDF5 golden writer (schema v1: SCHEMA-CONTRACT / golden/SCHEMA.md).
+"""Golden cases and the HDF5 golden writer (schema v1: golden/SCHEMA.md).
 
 A case is: optional history (a prompt prefilled, then greedy decode steps), the prompt at
 start_pos = len(history), its prefill (logits, hidden states, state), then S greedy decode

@@ -1,10 +1,10 @@
-"""The Qwen3.5 dense text model in float64 (spec section 4), with its cache state (section 6).
+"""The Qwen3.5 dense text model in float64 (docs/qwen35-model.md 4-9), with its state (10).
 
-One function per block, mirroring the spec. `Model.forward(tokens, state)` runs T tokens at
+One function per block, mirroring the doc. `Model.forward(tokens, state)` runs T tokens at
 positions state.pos .. state.pos + T - 1, updates the state in place and returns the logits of
 every position (and, on request, the hidden states in the HF convention).
 
-Kernel choice follows HF (spec 4.5): the chunked gated delta rule whenever the layer has no
+Kernel choice follows HF (doc 8.8): the chunked gated delta rule whenever the layer has no
 previous state or T > 1 (starting from the cached state: the fixed HF behaviour of
 transformers#45513), the token recurrence for a single-token call with a previous state.
 """
@@ -16,11 +16,11 @@ from . import checkpoint
 from . import config as qconfig
 from . import deltarule
 
-L2NORM_EPS = 1e-6  # fixed, not rms_norm_eps (spec 4.3 step 5)
+L2NORM_EPS = 1e-6  # fixed, not rms_norm_eps (docs/qwen35-model.md 6.3)
 
 
 # ------------------------------------------------------------------------------------------------
-# Norms (spec 4.1, 4.3 step 8)
+# Norms (docs/qwen35-model.md 6)
 # ------------------------------------------------------------------------------------------------
 
 def rms_norm_1p(x, w, eps):
@@ -39,7 +39,7 @@ def l2norm(x, eps=L2NORM_EPS):
 
 
 # ------------------------------------------------------------------------------------------------
-# RoPE (spec 4.2 step 3): rotate-half on the first rd dims, pairs (j, j + rd/2)
+# RoPE (docs/qwen35-model.md 7.3): rotate-half on the first rd dims, pairs (j, j + rd/2)
 # ------------------------------------------------------------------------------------------------
 
 def rope_cos_sin(positions, rd, theta):
@@ -64,7 +64,7 @@ def apply_rope(x, cos, sin):
 
 
 # ------------------------------------------------------------------------------------------------
-# Gated full attention (spec 4.2)
+# Gated full attention (docs/qwen35-model.md 7)
 # ------------------------------------------------------------------------------------------------
 
 def gated_attention(u, W, p, cfg, st, positions):
@@ -94,7 +94,7 @@ def gated_attention(u, W, p, cfg, st, positions):
 
 
 # ------------------------------------------------------------------------------------------------
-# Gated DeltaNet (spec 4.3)
+# Gated DeltaNet (docs/qwen35-model.md 8)
 # ------------------------------------------------------------------------------------------------
 
 def causal_conv(x, w, conv_state):
@@ -143,7 +143,7 @@ def gated_deltanet(u, W, p, cfg, st, kernel):
 
 
 # ------------------------------------------------------------------------------------------------
-# MLP (spec 4.4) and the decoder skeleton (spec 4.0)
+# MLP (docs/qwen35-model.md 9) and the decoder skeleton (4)
 # ------------------------------------------------------------------------------------------------
 
 def mlp(x, W, p):
@@ -165,7 +165,7 @@ def decoder_layer(h, i, W, cfg, st, positions, kernel):
 
 
 # ------------------------------------------------------------------------------------------------
-# State (spec 6; canonical layout of design.md section 4, float64 here)
+# State (docs/qwen35-model.md 10, "Canonical state layouts"; float64 here)
 # ------------------------------------------------------------------------------------------------
 
 class State:

@@ -1,5 +1,5 @@
 """The gated delta rule: chunked (chunk 64) == token recurrence in float64, and both against
-values computed by hand from the spec's equations."""
+values computed by hand from the equations of docs/qwen35-model.md 8.6 - 8.7."""
 import math
 
 import pytest

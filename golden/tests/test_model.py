@@ -1,4 +1,4 @@
-"""The float64 model: blocks against naive per-token / per-head loops written from the spec,
+"""The float64 model: blocks against naive per-token / per-head loops written from the doc,
 decode with a cache == one full forward, kernel choice, legacy packed == split twin."""
 import math
 import os
@@ -82,7 +82,7 @@ def test_causal_conv_matches_conv1d_and_continues_state():
 # ------------------------------------------------------------------------------------------------
 
 def naive_deltanet(u, W, p, cfg):
-    """Per token, per value head, written from spec 4.3 with explicit loops."""
+    """Per token, per value head, written from docs/qwen35-model.md 8 with explicit loops."""
     T = u.shape[0]
     nk, nv, dk, dv, K = (cfg.linear_num_key_heads, cfg.linear_num_value_heads,
                          cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim)
@@ -123,7 +123,7 @@ def naive_deltanet(u, W, p, cfg):
 
 
 def naive_attention(u, W, p, cfg):
-    """Per query head, per position, written from spec 4.2 with explicit loops."""
+    """Per query head, per position, written from docs/qwen35-model.md 7 with explicit loops."""
     T = u.shape[0]
     nh, nkv, hd, rd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rotary_dim
     qg = u @ W[p + "q_proj.weight"].T
