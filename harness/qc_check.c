@@ -289,6 +289,11 @@ int qc_cmd_check(int argc, char **argv) {
     }
     qc_err err;
     qc_err_clear(&err);
+    /* a runtime under test that cannot be used is a usage error before any work */
+    if ((o.backends & QC_BACKEND_EXT) && qc_registry_preflight(&o.ext, &err)) {
+        opts_free(&o);
+        return qc_cli_fail(prog, &err);
+    }
     qc_policy *pol = NULL;
     if (load_policy(&o, &pol, &err)) {
         opts_free(&o);

@@ -11,6 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "qc/qc_memplan.h"
+#include "qc/qc_optimized.h"
+#include "qc/qc_reference.h"
 #include "qc/qc_runtime_plugin.h"
 #include "qc_exec.h"
 #include "qc_remote.h"
@@ -24,11 +27,12 @@ typedef struct {
     qc_status (*create)(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
                         qc_err *err);
     unsigned caps;
+    int token_pack; /* memory plan: packs the tokens once per matrix (qc_memplan_req) */
 } builtin_entry;
 
 static const builtin_entry builtins[] = {
-    {"reference", qc_reference_create, QC_BE_CAP_ALL & ~QC_BE_CAP_THREADS},
-    {"optimized", qc_optimized_create, QC_BE_CAP_ALL},
+    {"reference", qc_reference_create, QC_BE_CAP_ALL & ~QC_BE_CAP_THREADS, 0},
+    {"optimized", qc_optimized_create, QC_BE_CAP_ALL, 1},
 };
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 
@@ -43,6 +47,22 @@ int qc_registry_is_builtin(const char *name) { return builtin_find(name) != NULL
 unsigned qc_registry_builtin_caps(const char *name) {
     const builtin_entry *b = builtin_find(name);
     return b ? b->caps : 0;
+}
+
+qc_status qc_registry_memplan(const char *name, qc_memplan_req *rq, qc_err *err) {
+    if (name && !strcmp(name, "all")) {
+        rq->n_backends = (int)N_BUILTINS;
+        rq->n_token_packs = 0;
+        for (size_t i = 0; i < N_BUILTINS; i++) rq->n_token_packs += builtins[i].token_pack;
+        return QC_OK;
+    }
+    const builtin_entry *b = name ? builtin_find(name) : NULL;
+    if (!b)
+        return qc_errf(err, QC_ERR_ARG, "memory plan: unknown backend '%s'",
+                       name ? name : "(null)");
+    rq->n_backends = 1;
+    rq->n_token_packs = b->token_pack;
+    return QC_OK;
 }
 
 /* ===================================================================================== */
@@ -133,6 +153,7 @@ qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec 
         out->kind = QC_RT_PLUGIN;
         split_options(spec + 7, out->target, sizeof out->target, out->options, sizeof out->options);
         if (!out->target[0]) return qc_errf(err, QC_ERR_ARG, "--backend plugin: needs a path");
+        snprintf(out->plugin, sizeof out->plugin, "%s", out->target);
         snprintf(out->name, sizeof out->name, "plugin:%s", base_name(out->target));
         return QC_OK;
     }
@@ -150,6 +171,7 @@ qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec 
         char path[1024], opts[1024];
         split_options(spec + 15, path, sizeof path, opts, sizeof opts);
         snprintf(out->name, sizeof out->name, "plugin:%s", base_name(path));
+        snprintf(out->plugin, sizeof out->plugin, "%s", path);
         return QC_OK;
     }
     if (!strcmp(spec, "llamacpp") || !strncmp(spec, "llamacpp,", 9)) {
@@ -173,6 +195,7 @@ qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec 
             if (s) return s;
         }
         snprintf(out->name, sizeof out->name, "llamacpp");
+        snprintf(out->plugin, sizeof out->plugin, "%s", path);
         return QC_OK;
     }
     return qc_errf(err, QC_ERR_ARG, "--backend: '%s' is not reference, optimized, all, "
@@ -231,6 +254,13 @@ qc_status qc_plugin_load(const char *path, const qc_runtime_plugin **api, void *
     *api = p;
     *dl = h;
     return QC_OK;
+}
+
+qc_status qc_registry_preflight(const qc_runtime_spec *rs, qc_err *err) {
+    if (!rs->plugin[0]) return QC_OK;
+    const qc_runtime_plugin *api = NULL;
+    void *dl = NULL;
+    return qc_plugin_load(rs->plugin, &api, &dl, err); /* stays loaded: it is used next */
 }
 
 /* ===================================================================================== */

@@ -16,6 +16,7 @@
 #define QC_REGISTRY_H
 
 #include "qc/qc_backend.h"
+#include "qc/qc_memplan.h"
 #include "qc/qc_runtime_plugin.h"
 
 typedef enum { QC_RT_BUILTIN = 0, QC_RT_PLUGIN = 1, QC_RT_EXEC = 2 } qc_rt_kind;
@@ -27,7 +28,14 @@ typedef struct {
     char target[2048];   /* builtin name, plugin path or exec command */
     char options[1024];  /* plugin options ("" = none) */
     double timeout_s;    /* exec: per-request timeout */
+    char plugin[2048];   /* the plugin library a plugin:, isolate: or llamacpp spec names ("" for
+                            built-ins and exec:), checked by qc_registry_preflight */
 } qc_runtime_spec;
+
+/* Before any work: a plugin the spec names must load and pass the ABI checks (QC_ERR_ARG
+ * naming the file otherwise). Built-ins and exec commands pass (a command is only known to
+ * work once it has started). */
+qc_status qc_registry_preflight(const qc_runtime_spec *rs, qc_err *err);
 
 /* Parse a --backend value. QC_ERR_ARG naming the value and the accepted forms. */
 qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec *out,
@@ -43,6 +51,11 @@ qc_status qc_registry_create(const qc_runtime_spec *rs, const char *model_dir, c
 
 /* The capabilities a built-in backend has (QC_BE_CAP_*), without building it. */
 unsigned qc_registry_builtin_caps(const char *name);
+
+/* The memory a built-in backend needs, for the memory plan: sets rq->n_backends and
+ * rq->n_token_packs for `name` ("reference", "optimized") or "all" (every built-in at once).
+ * QC_ERR_ARG "memory plan: unknown backend 'x'" otherwise. */
+qc_status qc_registry_memplan(const char *name, qc_memplan_req *rq, qc_err *err);
 
 /* Load a plugin library: dlopen, the entry symbol, ABI version / size / mandatory entries.
  * *dl receives the library handle (dlclose it after closing every runtime handle). */
