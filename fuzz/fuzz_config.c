@@ -47,7 +47,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_config(&cfg);
         /* the planner on the accepted config: either an estimate or a clean range error */
         qc_memplan_req rq;
-        qc_memplan_req_init(&rq, &cfg, QC_BF16, "all", 32768, 128);
+        qc_memplan_req_init(&rq, &cfg, QC_BF16, 32768, 128);
+        rq.n_backends = 2; /* both built-ins at once; the optimized one packs its tokens */
+        rq.n_token_packs = 1;
         rq.n_logit_rows = 16;
         rq.n_hidden_tokens = 16;
         rq.n_state_copies = 2;

@@ -367,19 +367,23 @@ static void diff_case(ctx *c, const char *label, const qc_golden_case *gc,
     cmp_spec base = {.case_name = gc->name, .backend = label, .mode = "file", .vs_golden = 1};
     int hidden = gc->prefill_hidden && act->prefill_hidden;
     int localised = 0;
+    qc_localisation where;
+    ck_loc_init(&where);
     unsigned char *seen = NULL;
     if (hidden && (seen = malloc((size_t)(L + 1) * T)) != NULL) {
         memset(seen, 1, (size_t)(L + 1) * T);
         hcap hc = {.hidden = act->prefill_hidden, .seen = seen, .L1 = L + 1, .T = T, .H = H,
                    .lo = gc->start_pos};
-        localised = ck_check_hidden(c, &base, gc, &hc, loc, sizeof loc);
+        localised = ck_check_hidden(c, &base, gc, &hc, loc, sizeof loc, &where);
         free(seen);
     } else if (gc->prefill_hidden) {
         ck_emit_simple(c, gc->name, label, "file", "prefill.hidden", QC_VERDICT_SKIP,
                     "the actual file has no prefill/hidden", NULL);
     }
-    if (!localised) ck_state_localisation(c, act, gc, "prefill", label, "file", loc, sizeof loc);
-    ck_vs_golden_checks(c, gc, act, label, "file", "", loc[0] ? loc : NULL, NULL, NULL);
+    if (!localised)
+        ck_state_localisation(c, act, gc, "prefill", label, "file", loc, sizeof loc, &where);
+    ck_vs_golden_checks(c, gc, act, label, "file", "", loc[0] ? loc : NULL, &where, NULL, NULL,
+                        NULL);
 }
 
 static const char diff_usage[] =

@@ -9,7 +9,7 @@
  *                    2 threads), static_eq_dynamic, chunked_eq_recurrent, chunk_sweep.cN,
  *                    opt_eq_ref
  *   per file         model_hash (config / weights SHA-256 of the loaded model vs the golden)
- * The qc_cmd_check / qc_cmd_calibrate entry points are declared in qc/qc_cli.h.
+ * The qc_cmd_check / qc_cmd_calibrate entry points are declared in qc_cli.h.
  */
 #ifndef QC_CHECK_H
 #define QC_CHECK_H

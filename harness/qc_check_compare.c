@@ -64,6 +64,12 @@ void ck_emit(ctx *c, qc_check_row *row) {
     if (st && !c->o->calibrate && !c->o->list) qc_report_console_row(stdout, st, c->o->quiet);
 }
 
+void ck_loc_init(qc_localisation *L) {
+    memset(L, 0, sizeof *L);
+    L->kind = QC_LOC_NONE;
+    L->layer = L->layer_lo = L->step = -1;
+}
+
 void ck_row_init(qc_check_row *r, const char *stem, const char *case_name,
                      const char *backend, const char *mode, const char *check) {
     memset(r, 0, sizeof *r);
@@ -72,6 +78,7 @@ void ck_row_init(qc_check_row *r, const char *stem, const char *case_name,
     snprintf(r->backend, sizeof r->backend, "%s", backend);
     snprintf(r->mode, sizeof r->mode, "%s", mode);
     snprintf(r->check, sizeof r->check, "%s", check);
+    ck_loc_init(&r->loc);
 }
 
 void ck_emit_simple(ctx *c, const char *case_name, const char *backend, const char *mode,
@@ -305,6 +312,7 @@ qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
             if (d2) free(row.detail), row.detail = d2;
         }
     }
+    if (!ok && s->loc) row.loc = *s->loc;
     ck_emit(c, &row);
     return row.verdict;
 }

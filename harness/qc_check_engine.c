@@ -231,7 +231,7 @@ const char *ck_layer_kind(const qc_config *cfg, int l) {
 
 /* Hidden check + the localisation text for the (case, backend, mode) run. */
 int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap *hc,
-                    char *loc, size_t loclen) {
+                    char *loc, size_t loclen, qc_localisation *where) {
     const qc_config *cfg = c->cfg;
     const int L = cfg->n_layers, T = gc->n_tokens, H = cfg->hidden_size;
     loc[0] = 0;
@@ -290,6 +290,10 @@ int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap
             o += (size_t)snprintf(curve + o, sizeof curve - o, "%s[%d] %.2g%s", i ? ", " : "", i,
                                   m.n_nonfinite ? INFINITY : m.max_abs, ok ? "" : "!");
     }
+    snprintf(where->source, sizeof where->source, "hidden");
+    where->kind = first_bad < 0 ? QC_LOC_AFTER_NORM : first_bad == 0 ? QC_LOC_EMBEDDINGS
+                  : first_bad == L ? QC_LOC_LAST_OR_NORM : QC_LOC_LAYER;
+    where->layer = first_bad <= 0 ? -1 : first_bad - 1;
     if (first_bad < 0) {
         snprintf(loc, loclen,
                  "First divergent layer: none (every hidden state is within tolerance; the "
@@ -320,6 +324,7 @@ int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap
     d.pos0 = gc->start_pos;
     ck_pl_add(pl, &d, hc->hidden, gc->prefill_hidden);
     s.loc_text = loc;
+    s.loc = where;
     ck_compare_parts(c, &s, pl);
     free(pl);
     return first_bad >= 0;
@@ -329,7 +334,7 @@ int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap
  * fails, appended to loc as an interval the data supports. */
 void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_case *gc,
                            const char *when, const char *backend, const char *mode, char *loc,
-                           size_t loclen) {
+                           size_t loclen, qc_localisation *L) {
     partlist *pl = calloc(1, sizeof *pl);
     if (!pl) return;
     int dec = !strcmp(when, "decode");
@@ -358,6 +363,12 @@ void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_ca
         int below = -1;
         for (int i = 0; i < pl->n; i++)
             if (pl->p[i].d.layer < best && pl->p[i].d.layer > below) below = pl->p[i].d.layer;
+        if (L && (L->kind == QC_LOC_NONE || L->kind == QC_LOC_AFTER_NORM)) {
+            L->kind = QC_LOC_AT_OR_BEFORE;
+            L->layer = best;
+            L->layer_lo = below;
+            snprintf(L->source, sizeof L->source, "state");
+        }
         if (below >= 0)
             snprintf(loc + k, loclen - k, "%sFirst layer whose state diverges after %s: layer %d "
                      "(%s, %s); the divergence began at or before layer %d, after layer %d "
@@ -410,11 +421,12 @@ static int mode_selected(ctx *c, const char *case_name, const char *backend, qc_
 
 void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
                          const char *backend, const char *mode, const char *dump_file,
-                         const char *loc, const char *state_skip, const char *decode_loc) {
+                         const char *loc, const qc_localisation *L, const char *state_skip,
+                         const char *decode_loc, const qc_localisation *decode_L) {
     const qc_config *cfg = c->cfg;
     const int V = cfg->vocab_size;
     cmp_spec s = {.case_name = gc->name, .backend = backend, .mode = mode,
-                  .vs_golden = 1, .loc_text = loc, .dump_file = dump_file};
+                  .vs_golden = 1, .loc_text = loc, .loc = L, .dump_file = dump_file};
     partlist *pl = calloc(1, sizeof *pl);
     if (!pl) {
         ck_emit_simple(c, gc->name, backend, mode, "prefill.logits", QC_VERDICT_ERROR,
@@ -479,19 +491,23 @@ void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case 
     if (gc->n_decode > 0) {
         /* decode-only localisation: prefill passes, so the divergence starts in decode */
         char dloc[4096] = "";
+        qc_localisation dL;
+        ck_loc_init(&dL);
         int step = ck_first_bad_logits_row(c, gc, act, backend, mode, 0);
         if (prefill_v == QC_VERDICT_PASS && step >= 0) {
+            if (decode_L && decode_L->kind != QC_LOC_NONE) dL = *decode_L;
             snprintf(dloc, sizeof dloc, "Prefill logits pass; the divergence starts in decode: "
                      "first failing step %d (position %d, fed token %d)", step,
                      gc->start_pos + gc->n_tokens + step, gc->decode_tokens[step]);
             if (act->decode_state.present && gc->decode_state.present)
-                ck_state_localisation(c, act, gc, "decode", backend, mode, dloc, sizeof dloc);
+                ck_state_localisation(c, act, gc, "decode", backend, mode, dloc, sizeof dloc, &dL);
             else if (!decode_loc)
                 snprintf(dloc + strlen(dloc), sizeof dloc - strlen(dloc), "\nNo decode state "
                          "or hidden states from the runtime: the layer cannot be named from this "
                          "data");
             if (decode_loc)
                 snprintf(dloc + strlen(dloc), sizeof dloc - strlen(dloc), "\n%s", decode_loc);
+            dL.step = step;
         }
         const char *dl = dloc[0] ? dloc : loc;
         memset(pl, 0, sizeof *pl);
@@ -500,6 +516,7 @@ void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case 
         s.check = "decode.logits";
         s.logits_stats = 1;
         s.loc_text = dl;
+        s.loc = dloc[0] ? &dL : L;
         ck_compare_parts(c, &s, pl);
         s.logits_stats = 0;
         for (int k = QC_TC_K_CACHE; k <= QC_TC_RECURRENT_STATE; k++) {
@@ -566,7 +583,8 @@ static qc_status decode_hidden(ctx *c, qc_backend *be, const qc_golden_case *gc,
  * decode step, against the reference backend run on the same inputs (the golden holds no
  * decode hidden states). NULL when not applicable; else malloc'd text. */
 static char *decode_hidden_localisation(ctx *c, backends *bs, int bi, const qc_golden_case *gc,
-                                        qc_mode mode, const qc_golden_case *act) {
+                                        qc_mode mode, const qc_golden_case *act,
+                                        qc_localisation *where) {
     qc_backend *be = bs->be[bi], *ref = bs->cmp;
     const char *bname = c->slot_name[bi], *mname = qc_mode_str(mode);
     if (!ref || ref == be || bi == QC_CK_REF || gc->n_decode == 0 ||
@@ -609,6 +627,11 @@ static char *decode_hidden_localisation(ctx *c, backends *bs, int bi, const qc_g
             o += (size_t)snprintf(curve + o, sizeof curve - o, "%s[%d] %.2g%s", i ? ", " : "", i,
                                   m.n_nonfinite ? INFINITY : m.max_abs, ok ? "" : "!");
     }
+    where->kind = first < 0 ? QC_LOC_AFTER_NORM : first == 0 ? QC_LOC_EMBEDDINGS
+                  : first == L ? QC_LOC_LAST_OR_NORM : QC_LOC_LAYER;
+    where->layer = first <= 0 ? -1 : first - 1;
+    where->step = step;
+    snprintf(where->source, sizeof where->source, "decode_hidden");
     if (first < 0)
         out = qc_strdup_printf("At decode step %d every hidden state agrees with the reference "
                                "backend (the divergence is after the final norm)\nPer-layer max "
@@ -664,17 +687,22 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     cmp_spec base = {.case_name = gc->name, .backend = bname, .mode = mname,
                      .vs_golden = 1, .dump_file = c->dump_path[bi][mode]};
     int localised = 0;
-    if (want_hidden) localised = ck_check_hidden(c, &base, gc, &hc, loc, sizeof loc);
+    qc_localisation where, dwhere;
+    ck_loc_init(&where);
+    ck_loc_init(&dwhere);
+    if (want_hidden) localised = ck_check_hidden(c, &base, gc, &hc, loc, sizeof loc, &where);
     else if (gc->prefill_hidden)
         emit_cap_skip(c, gc->name, bname, mname, "prefill.hidden", QC_BE_CAP_HIDDEN);
-    if (!localised) ck_state_localisation(c, act, gc, "prefill", bname, mname, loc, sizeof loc);
+    if (!localised)
+        ck_state_localisation(c, act, gc, "prefill", bname, mname, loc, sizeof loc, &where);
     free(hc.hidden), free(hc.seen);
     char state_skip[400];
     snprintf(state_skip, sizeof state_skip, "capability '%s' not announced by %s",
              qc_cap_name(QC_BE_CAP_STATE_READ), bname);
-    char *dec_loc = decode_hidden_localisation(c, bs, bi, gc, mode, act);
+    char *dec_loc = decode_hidden_localisation(c, bs, bi, gc, mode, act, &dwhere);
     ck_vs_golden_checks(c, gc, act, bname, mname, c->dump_path[bi][mode], loc[0] ? loc : NULL,
-                        (be->caps & QC_BE_CAP_STATE_READ) ? NULL : state_skip, dec_loc);
+                        &where, (be->caps & QC_BE_CAP_STATE_READ) ? NULL : state_skip, dec_loc,
+                        &dwhere);
     free(dec_loc);
 
     if (be->caps & QC_BE_CAP_STATE_FILL) {

@@ -93,6 +93,7 @@ typedef struct {
     int vs_golden;          /* 1: g is the golden (h5diff line, calibration kind) */
     const char *dump_file;  /* actual file for the h5diff line (vs_golden) or NULL */
     const char *loc_text;   /* localisation to append on failure (may be NULL) */
+    const qc_localisation *loc; /* the same, structured, for the row (may be NULL) */
     const char *extra;      /* extra detail line (may be NULL) */
 } cmp_spec;
 
@@ -150,18 +151,21 @@ qc_status ck_stale_wrap(qc_backend *inner, qc_backend **out, qc_err *err);
 const char *ck_layer_kind(const qc_config *cfg, int l);
 /* prefill.hidden row + localisation text; returns 1 when it names a divergent layer. */
 int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap *hc, char *loc,
-                    size_t loclen);
+                    size_t loclen, qc_localisation *L);
 /* Append to loc the lowest layer whose `when` ("prefill" / "decode") state fails. */
 void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_case *gc,
                            const char *when, const char *backend, const char *mode, char *loc,
-                           size_t loclen);
+                           size_t loclen, qc_localisation *L);
+/* A localisation that names nothing yet (kind NONE, layer -1, step -1). */
+void ck_loc_init(qc_localisation *L);
 /* Every check of one run against the golden. state_skip: NULL, or why the actual run has no
  * state buffers (the state checks are then SKIPPED with it). decode_loc: NULL, or the
  * hidden-state localisation at the first failing decode step (appended to the decode-only
  * localisation). */
 void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
                          const char *backend, const char *mode, const char *dump_file,
-                         const char *loc, const char *state_skip, const char *decode_loc);
+                         const char *loc, const qc_localisation *L, const char *state_skip,
+                         const char *decode_loc, const qc_localisation *decode_L);
 /* The first decode step whose logits row is over tolerance (-1: none); the same for the prefill
  * rows (prefill = 1). */
 int ck_first_bad_logits_row(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "qc/qc_cli.h"
+#include "qc_cli.h"
 #include "qc/qc_prefill.h"
 #include "qc/qc_status.h"
 #include "qc_outpath.h" /* output safety: registry of a run's inputs / outputs, qc_out_* */

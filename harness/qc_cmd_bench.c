@@ -28,7 +28,6 @@
  * the baseline's by more than PCT percent (default 10) exits 1; no common metric exits 3.
  */
 #include <math.h>
-#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,16 +38,17 @@
 
 #include <cjson/cJSON.h>
 
-#include "../optimized/qc_opt_kernels.h"
 #include "qc/qc_backend.h"
-#include "qc/qc_cli.h"
+#include "qc_cli.h"
 #include "qc/qc_memplan.h"
 #include "qc/qc_config.h"
 #include "qc/qc_model.h"
 #include "qc/qc_prefill.h"
+#include "qc/qc_probe.h"
 #include "qc/qc_state.h"
 #include "qc_cli_common.h"
 #include "qc_outpath.h"
+#include "qc_registry.h"
 
 #ifndef QC_GIT_COMMIT
 #define QC_GIT_COMMIT "unknown" /* normally defined by CMake */
@@ -176,21 +176,18 @@ static void cpu_model(char *buf, size_t n) {
     fclose(f);
 }
 
-typedef struct {
-    const void *p;  /* bytes */
-    size_t n;
-} seg;
-
-/* the weight tensors a decode step streams: every layer tensor, final norm, lm_head */
-static int weight_segments(const qc_model *m, seg *out, int cap, double *total) {
+/* the weight tensors a decode step streams: every layer tensor, final norm, lm_head, as
+ * (bytes, length) segments for qc_probe_bandwidth_gbs */
+static int weight_segments(const qc_model *m, const void **seg_p, size_t *seg_n, int cap,
+                           double *total) {
     int k = 0;
     *total = 0;
 #define ADD(t)                                                                       \
     do {                                                                             \
         if ((t).ndim > 0 && (t).data && k < cap) {                                   \
-            out[k].p = (t).data;                                                     \
-            out[k].n = qc_tensor_numel(&(t)) * qc_dtype_size((t).dtype);             \
-            *total += (double)out[k].n;                                              \
+            seg_p[k] = (t).data;                                                     \
+            seg_n[k] = qc_tensor_numel(&(t)) * qc_dtype_size((t).dtype);             \
+            *total += (double)seg_n[k];                                              \
             k++;                                                                     \
         }                                                                            \
     } while (0)
@@ -205,44 +202,6 @@ static int weight_segments(const qc_model *m, seg *out, int cap, double *total) 
     ADD(m->lm_head);
 #undef ADD
     return k;
-}
-
-static volatile uint32_t probe_sink;
-static volatile float probe_fsink;
-
-/* GB/s of a streaming read of every segment, split evenly over T threads */
-static double probe_bandwidth(const qc_opt_kernels *K, const seg *s, int ns, double total, int T) {
-    double t0 = now_s();
-    uint32_t acc = 0;
-#pragma omp parallel num_threads(T) reduction(^ : acc)
-    {
-        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-        const double lo = total * tid / nt, hi = total * (tid + 1) / nt;
-        double base = 0;
-        for (int i = 0; i < ns; i++) {
-            double a = lo > base ? lo : base, b = hi < base + (double)s[i].n ? hi : base + (double)s[i].n;
-            if (a < b) {
-                size_t off = (size_t)(a - base) & ~(size_t)255, end = (size_t)(b - base);
-                acc ^= K->stream_read((const char *)s[i].p + off, end - off);
-            }
-            base += (double)s[i].n;
-        }
-    }
-    double dt = now_s() - t0;
-    probe_sink = acc;
-    return total / dt / 1e9;
-}
-
-/* GFLOP/s of independent FMA chains on T threads */
-static double probe_peak(const qc_opt_kernels *K, int T) {
-    const long iters = 3000000;
-    double t0 = now_s();
-    float acc = 0.0f;
-#pragma omp parallel num_threads(T) reduction(+ : acc)
-    acc += K->fma_burn(iters, (float)omp_get_thread_num());
-    double dt = now_s() - t0;
-    probe_fsink = acc;
-    return 48.0 * K->lanes * (double)iters * T / dt / 1e9;
 }
 
 /* model flops per token of a dynamic prefill of n tokens (last logits only): projections,
@@ -716,7 +675,8 @@ int qc_cmd_bench(int argc, char **argv) {
         /* refuse cleanly before building the weights: both backends, the longest run */
         int ctx = o.prompt + o.decode, mt = o.max_seq_len > o.prompt ? o.prompt : o.max_seq_len;
         qc_memplan_req rq;
-        qc_memplan_req_init(&rq, &cfg, o.dtype, "all", ctx, mt);
+        qc_memplan_req_init(&rq, &cfg, o.dtype, ctx, mt);
+        qc_registry_memplan("all", &rq, NULL);
         rq.n_logit_rows = 1;
         if ((s = qc_memplan_enforce(&rq, o.max_memory, "memory", NULL, &err)))
             return qc_cli_fail(PROG, &err);
@@ -736,18 +696,18 @@ int qc_cmd_bench(int argc, char **argv) {
                 o.prompt + o.decode, c->max_position_embeddings);
 
     /* ---- machine ---- */
-    const qc_opt_kernels *K = qc_opt_kernels_pick();
     cpu_model(R.cpu, sizeof R.cpu);
     R.cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    R.isa = K->isa;
-    R.threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+    R.isa = qc_probe_isa();
+    R.threads = o.threads > 0 ? o.threads : qc_probe_max_threads();
     time_t tt = time(NULL);
     struct tm tmv;
     gmtime_r(&tt, &tmv);
     strftime(R.date, sizeof R.date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-    seg segs[4096];
+    const void *seg_p[4096];
+    size_t seg_n[4096];
     double total = 0;
-    int nseg = weight_segments(m, segs, 4096, &total);
+    int nseg = weight_segments(m, seg_p, seg_n, 4096, &total);
     R.bytes_per_token = total;
     R.flops_per_token = flops_per_token(m, o.prompt);
     R.static_prompt = o.static_prompt;
@@ -780,7 +740,9 @@ int qc_cmd_bench(int argc, char **argv) {
         bo.n_threads = o.threads;
         bo.max_tokens = isref ? o.ref_prompt : (o.max_seq_len < o.prompt ? o.max_seq_len : o.prompt);
         int ctx = isref ? o.ref_prompt + o.ref_decode : big + o.decode;
-        if ((s = qc_backend_create(o.backends[b], m, &bo, &bes[b], &err)) ||
+        qc_runtime_spec rs;
+        if ((s = qc_registry_parse(o.backends[b], 0, &rs, &err)) ||
+            (s = qc_registry_create(&rs, o.model_dir, m, &bo, &bes[b], &err)) ||
             (s = qc_state_create(c, ctx, &sts[b], &err))) {
             rc = qc_cli_fail(PROG, &err);
             break;
@@ -799,7 +761,8 @@ int qc_cmd_bench(int argc, char **argv) {
          * process says nothing about the machine's limit */
         R.bw[R.n_probe] = R.peak[R.n_probe] = 0;
         for (int pass = 0; pass < 3; pass++) {
-            double bw = probe_bandwidth(K, segs, nseg, total, R.threads), pk = probe_peak(K, R.threads);
+            double bw = qc_probe_bandwidth_gbs(seg_p, seg_n, nseg, R.threads),
+                   pk = qc_probe_fma_gflops(R.threads);
             if (bw > R.bw[R.n_probe]) R.bw[R.n_probe] = bw;
             if (pk > R.peak[R.n_probe]) R.peak[R.n_probe] = pk;
         }

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "qc/qc_cli.h"
-#include "qc/qc_golden.h"
+#include "qc_cli.h"
+#include "qc_golden.h"
 #include "qc/qc_sha256.h"
 #include "qc_cli_common.h"
 

@@ -21,15 +21,16 @@
 #include <sys/stat.h>
 
 #include "qc/qc_backend.h"
-#include "qc/qc_cli.h"
-#include "qc/qc_golden.h"
 #include "qc/qc_memplan.h"
 #include "qc/qc_model.h"
 #include "qc/qc_prefill.h"
-#include "qc/qc_runcase.h"
 #include "qc/qc_sha256.h"
+#include "qc_cli.h"
 #include "qc_cli_common.h"
+#include "qc_golden.h"
 #include "qc_outpath.h"
+#include "qc_registry.h"
+#include "qc_runcase.h"
 
 #ifndef QC_VERSION
 #define QC_VERSION "0.0.0"
@@ -306,8 +307,9 @@ int qc_cmd_record(int argc, char **argv) {
     if (a.synthetic) {
         /* plan before building the weights in memory */
         qc_memplan_req rq0;
-        qc_memplan_req_init(&rq0, &cfg, syn_dtype, a.backend, prof.max_context_len, 1);
-        if ((st = qc_memplan_enforce(&rq0, a.max_memory, "memory", NULL, &err))) goto done;
+        qc_memplan_req_init(&rq0, &cfg, syn_dtype, prof.max_context_len, 1);
+        if ((st = qc_registry_memplan(a.backend, &rq0, &err)) ||
+            (st = qc_memplan_enforce(&rq0, a.max_memory, "memory", NULL, &err))) goto done;
         if ((st = qc_model_synthetic(&cfg, syn_dtype, (uint64_t)a.seed, &model, &err))) goto done;
     } else if ((st = qc_model_load(a.model, &model, &err))) {
         goto done;
@@ -331,8 +333,9 @@ int qc_cmd_record(int argc, char **argv) {
     memset(&plan, 0, sizeof plan);
     {
         qc_memplan_req rq;
-        qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, a.backend,
-                            prof.max_context_len, max_tokens);
+        qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, prof.max_context_len,
+                            max_tokens);
+        if ((st = qc_registry_memplan(a.backend, &rq, &err))) goto done;
         rq.weight_bytes = qc_model_weight_bytes(model);
         rq.n_logit_rows = n_tokens + a.n_decode;
         rq.nokv = mode == QC_MODE_NOKV;
@@ -340,7 +343,9 @@ int qc_cmd_record(int argc, char **argv) {
         rq.n_state_copies = a.n_decode > 0 ? 2 : 1;
         if ((st = qc_memplan_enforce(&rq, a.max_memory, "memory", &plan, &err))) goto done;
     }
-    if ((st = qc_backend_create(a.backend, model, &o, &be, &err))) {
+    qc_runtime_spec rs;
+    if ((st = qc_registry_parse(a.backend, 0, &rs, &err)) ||
+        (st = qc_registry_create(&rs, a.model, model, &o, &be, &err))) {
         qc_err_prefix(&err, st, "--backend %s", a.backend);
         goto done;
     }

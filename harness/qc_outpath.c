@@ -19,14 +19,14 @@
 
 #include <hdf5.h>
 
-#include "qc/qc_golden.h"
+#include "qc_golden.h"
 
 /* Room kept for the temp suffix ".tmp.<pid>.<k>" in a file name and a path. */
 #define TMP_SUFFIX_MAX 32
 #define MAX_LINKS 40
 
 const char qc_outpath_help[] =
-    "Output files (every report, --out, --dump-actual files):\n"
+    "Output files (every report and --out; --dump-actual files when written):\n"
     "  written to a temp file beside the target, fsync'ed and renamed over it: an interrupted\n"
     "  run (error, disk full, SIGINT / SIGTERM) leaves no partial file. A symlink is followed\n"
     "  and its target replaced (the link stays). '-' writes a text report (JSON, JUnit,\n"
@@ -35,7 +35,8 @@ const char qc_outpath_help[] =
     "  any work: an output that is an input of the run (a golden, a model file, the policy,\n"
     "  the tokens file, the profile, the baseline, ...) or another output (also through a\n"
     "  hard link, a symlink or another spelling of the path), a read-only file (even as\n"
-    "  root), a directory, a path whose directory does not exist, an empty or over-long path.\n";
+    "  root), a directory, a path whose directory does not exist, an empty or over-long path,\n"
+    "  and --dump-actual into (or below) the --golden directory or beside a golden checked.\n";
 
 /* ===================================================================================== */
 /* small path helpers                                                                    */
@@ -300,8 +301,15 @@ static int check_output(const pinfo *pi, unsigned flags, char *why, size_t wn, q
 
 static qc_status out_err(qc_err *err, qc_status code, const char *option, const char *path,
                          const char *why) {
+    char shortp[160];
+    if (path && strlen(path) > 300) { /* an over-long path: its start is enough */
+        snprintf(shortp, sizeof shortp, "%.120s...", path);
+        path = shortp;
+    }
+    /* "<path>: <why> (<option>)": the file first (as every message of the CLI), then the
+     * option that named it */
     if (option && (!path || !*path)) return qc_errf(err, code, "%s: %s", option, why);
-    if (option) return qc_errf(err, code, "%s %s: %s", option, path, why);
+    if (option) return qc_errf(err, code, "%s: %s (%s)", path, why, option);
     if (!path || !*path) return qc_errf(err, code, "output: %s", why);
     return qc_errf(err, code, "%s: %s", path, why);
 }
@@ -487,7 +495,8 @@ typedef struct {
     int has_id;
     dev_t dev;
     ino_t ino;
-    int stream;          /* output: a device / FIFO / descriptor */
+    int stream;          /* output: a device / FIFO / descriptor; input: not a regular file
+                            (a device or FIFO read as input cannot be replaced by an output) */
     char *canon;         /* malloc'd canonical name, or NULL */
 } entry;
 
@@ -620,10 +629,12 @@ static void input_identity(entry *e) {
     free(e->canon);
     e->canon = NULL;
     e->has_id = 0;
+    e->stream = 0;
     if (stat(e->path, &sb) == 0) {
         e->has_id = 1;
         e->dev = sb.st_dev;
         e->ino = sb.st_ino;
+        e->stream = S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode);
         if (realpath(e->path, buf)) e->canon = strdup(buf);
     } else if (canon_parent(e->path, buf, sizeof buf, NULL, 0) == 0) {
         e->canon = strdup(buf);
@@ -655,42 +666,42 @@ static qc_status verify_dump_dir(const entry *e, qc_err *err) {
     const char *opt = e->role;
     if (!e->path[0]) return qc_errf(err, QC_ERR_ARG, "%s: empty path", opt);
     if (strlen(e->path) >= PATH_MAX - NAME_MAX - 1)
-        return qc_errf(err, QC_ERR_ARG, "%s %s: path too long (%zu bytes)", opt, e->path,
-                       strlen(e->path));
+        return qc_errf(err, QC_ERR_ARG, "%.120s...: path too long (%zu bytes) (%s)", e->path,
+                       strlen(e->path), opt);
     char canon[PATH_MAX], faildir[PATH_MAX];
     struct stat sb;
     if (stat(e->path, &sb) == 0) {
         if (!S_ISDIR(sb.st_mode))
-            return qc_errf(err, QC_ERR_ARG, "%s %s: not a directory", opt, e->path);
+            return qc_errf(err, QC_ERR_ARG, "%s: not a directory (%s)", e->path, opt);
         if (!realpath(e->path, canon))
-            return qc_errf(err, QC_ERR_IO, "%s %s: %s", opt, e->path, strerror(errno));
+            return qc_errf(err, QC_ERR_IO, "%s: %s (%s)", e->path, strerror(errno), opt);
         if (access(e->path, W_OK | X_OK) != 0)
-            return qc_errf(err, QC_ERR_IO, "%s %s: directory not writable: %s", opt, e->path,
-                           strerror(errno));
+            return qc_errf(err, QC_ERR_IO, "%s: directory not writable: %s (%s)", e->path,
+                           strerror(errno), opt);
     } else {
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s", e->path);
         for (size_t L = strlen(p); L > 1 && p[L - 1] == '/'; L--) p[L - 1] = '\0';
         if (canon_parent(p, canon, sizeof canon, faildir, sizeof faildir) != 0)
-            return qc_errf(err, QC_ERR_IO, "%s %s: directory %s %s", opt, e->path, faildir,
-                           errno == ENOENT ? "does not exist" : strerror(errno));
+            return qc_errf(err, QC_ERR_IO, "%s: directory %s %s (%s)", e->path, faildir,
+                           errno == ENOENT ? "does not exist" : strerror(errno), opt);
     }
     for (int i = 0; i < nreg_; i++) {
         const entry *g = &reg_[i];
         if (g->kind != E_INPUT || !g->canon) continue;
         if (g->golden_root && dir_within(canon, g->canon))
             return qc_errf(err, QC_ERR_ARG,
-                           "%s %s: %s the golden directory %s read by this run (--golden): the "
-                           "dumps would be read as goldens; choose another directory",
-                           opt, e->path, strcmp(canon, g->canon) == 0 ? "is" : "is inside",
-                           g->path);
+                           "%s: %s the golden directory %s read by this run (--golden): the "
+                           "dumps would be read as goldens; choose another directory (%s)",
+                           e->path, strcmp(canon, g->canon) == 0 ? "is" : "is inside",
+                           g->path, opt);
         if (g->golden_file) {
             char gd[PATH_MAX], gb[PATH_MAX];
             if (split_path(g->canon, gd, sizeof gd, gb, sizeof gb) == 0 && strcmp(gd, canon) == 0)
                 return qc_errf(err, QC_ERR_ARG,
-                               "%s %s: contains the golden %s checked by this run: the dumps "
+                               "%s: contains the golden %s checked by this run: the dumps "
                                "would sit beside it and be read as goldens; choose another "
-                               "directory", opt, e->path, g->path);
+                               "directory (%s)", e->path, g->path, opt);
         }
     }
     return QC_OK;
@@ -708,8 +719,9 @@ qc_status qc_outpath_verify(qc_err *err) {
         pinfo pi;
         char why[PATH_MAX + 200];
         qc_status code;
+        /* (--force / no-clobber last: a clash with an input says more than "exists") */
         if (resolve_output(e->path, &pi, why, sizeof why, &code) ||
-            check_output(&pi, e->flags, why, sizeof why, &code))
+            check_output(&pi, e->flags & ~(unsigned)QC_OUT_NO_CLOBBER, why, sizeof why, &code))
             return out_err(err, code, e->role, e->path, why);
         free(e->canon);
         e->canon = pi.canon[0] ? strdup(pi.canon) : NULL;
@@ -725,7 +737,7 @@ qc_status qc_outpath_verify(qc_err *err) {
         if (o->kind != E_OUTPUT) continue;
         for (int j = 0; j < nreg_; j++) {
             const entry *x = &reg_[j];
-            if (x->kind == E_INPUT && !x->golden_root &&
+            if (x->kind == E_INPUT && !x->golden_root && !x->stream &&
                 same_file(o->has_id, o->dev, o->ino, o->canon, x->has_id, x->dev, x->ino,
                           x->canon))
                 return input_clash(err, o->role, o->path, x);
@@ -738,6 +750,16 @@ qc_status qc_outpath_verify(qc_err *err) {
                 return out_err(err, QC_ERR_ARG, o->role, o->path, why);
             }
         }
+    }
+    for (int i = 0; i < nreg_; i++) {
+        const entry *e = &reg_[i];
+        if (e->kind != E_OUTPUT || !(e->flags & QC_OUT_NO_CLOBBER)) continue;
+        pinfo pi;
+        char why[PATH_MAX + 200];
+        qc_status code;
+        if (resolve_output(e->path, &pi, why, sizeof why, &code) ||
+            check_output(&pi, e->flags, why, sizeof why, &code))
+            return out_err(err, code, e->role, e->path, why);
     }
     for (int i = 0; i < nreg_; i++) {
         if (reg_[i].kind != E_DUMP) continue;
@@ -841,7 +863,7 @@ qc_status qc_out_open(qc_out *o, const char *path, unsigned flags, qc_err *err) 
     if (reg_verified_)
         for (int j = 0; j < nreg_; j++) {
             const entry *x = &reg_[j];
-            if (x->kind == E_INPUT && !x->golden_root &&
+            if (x->kind == E_INPUT && !x->golden_root && !x->stream &&
                 same_file(pi.has_id, pi.dev, pi.ino, pi.canon, x->has_id, x->dev, x->ino,
                           x->canon))
                 return input_clash(err, NULL, path, x);
@@ -892,7 +914,13 @@ qc_status qc_out_open(qc_out *o, const char *path, unsigned flags, qc_err *err) 
         return qc_errf(err, QC_ERR_IO, "%s: cannot create %s: %s", path, t, strerror(e));
     }
     o->slot = slot_claim(o->tmp);
-    if (pi.kind == PK_REG) (void)fchmod(o->fd, pi.mode & 07777); /* keep the file's mode */
+    if (pi.kind == PK_REG) {
+        /* the replacement keeps the file's permissions (never set-id bits) and, when we run
+         * as root next to a user's files, its owner */
+        struct stat sb;
+        if (geteuid() == 0 && stat(pi.target, &sb) == 0) (void)fchown(o->fd, sb.st_uid, sb.st_gid);
+        (void)fchmod(o->fd, pi.mode & 0777);
+    }
     return QC_OK;
 }
 

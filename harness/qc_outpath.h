@@ -21,8 +21,8 @@
  *    files not yet created (so "./a/../a/x" == "a/x"). Streams (character devices, FIFOs,
  *    stdout / stderr) may be shared by several outputs: they are appended to, never replaced.
  *    Every message names the option, both paths and the role of the other file, e.g.
- *      "--json /t/fx/golden.h5: is the same file as /t/fx/golden.h5 (golden, an input of this
- *       run): refusing to overwrite it".
+ *      "/t/r.json: is the same file as /t/fx/golden.h5 (golden, an input of this run):
+ *       refusing to overwrite it (--json)".
  *    After verify() succeeds the inputs stay registered: qc_out_open() refuses to replace any
  *    of them (a last line of defence for outputs whose names are made during the run, such as
  *    --dump-actual files). qc_outpath_reset() clears everything.

@@ -95,6 +95,17 @@ static cJSON *row_json(const qc_check_row *w) {
             }
         }
     }
+    if (w->loc.kind != QC_LOC_NONE) {
+        cJSON *l = cJSON_AddObjectToObject(o, "first_divergent_layer");
+        if (l) {
+            cJSON_AddStringToObject(l, "kind", qc_loc_kind_str(w->loc.kind));
+            if (w->loc.layer >= 0) cJSON_AddNumberToObject(l, "layer", w->loc.layer);
+            if (w->loc.kind == QC_LOC_AT_OR_BEFORE && w->loc.layer_lo >= 0)
+                cJSON_AddNumberToObject(l, "after_layer", w->loc.layer_lo);
+            if (w->loc.step >= 0) cJSON_AddNumberToObject(l, "decode_step", w->loc.step);
+            cJSON_AddStringToObject(l, "source", w->loc.source);
+        }
+    }
     if (w->detail) cJSON_AddStringToObject(o, "detail", w->detail);
     return o;
 }

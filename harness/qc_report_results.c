@@ -8,6 +8,18 @@
 #include <sys/utsname.h>
 #include <time.h>
 
+const char *qc_loc_kind_str(qc_loc_kind k) {
+    switch (k) {
+    case QC_LOC_NONE: return "none";
+    case QC_LOC_EMBEDDINGS: return "embeddings";
+    case QC_LOC_LAYER: return "layer";
+    case QC_LOC_LAST_OR_NORM: return "last_layer_or_final_norm";
+    case QC_LOC_AFTER_NORM: return "after_final_norm";
+    case QC_LOC_AT_OR_BEFORE: return "at_or_before_layer";
+    }
+    return "?";
+}
+
 const char *qc_verdict_str(qc_verdict v) {
     switch (v) {
     case QC_VERDICT_PASS: return "PASS";

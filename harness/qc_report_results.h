@@ -16,6 +16,27 @@ typedef enum {
 
 const char *qc_verdict_str(qc_verdict v); /* "PASS", "FAIL", "SKIP", "ERROR" */
 
+/* Where a failure first appears, as far as the data supports it. */
+typedef enum {
+    QC_LOC_NONE = 0,        /* not localised (the row passed, or no data to localise with) */
+    QC_LOC_EMBEDDINGS,      /* hidden[0] already differs */
+    QC_LOC_LAYER,           /* layer `layer` is the first divergent one (its output differs) */
+    QC_LOC_LAST_OR_NORM,    /* the last layer or the final norm (hidden[L] is after the norm) */
+    QC_LOC_AFTER_NORM,      /* every hidden state agrees: lm_head / logits, or the state buffers */
+    QC_LOC_AT_OR_BEFORE     /* states only: the divergence began at or before layer `layer`,
+                               after layer `layer_lo` (-1: no lower bound) */
+} qc_loc_kind;
+
+const char *qc_loc_kind_str(qc_loc_kind k); /* "none", "embeddings", "layer", ... */
+
+typedef struct {
+    qc_loc_kind kind;
+    int layer;             /* the layer named (-1: none) */
+    int layer_lo;          /* QC_LOC_AT_OR_BEFORE: the last layer below that passes (-1: none) */
+    int step;              /* -1: in the prefill; else the first failing decode step */
+    char source[16];       /* what localised it: "hidden", "state", "decode_hidden" */
+} qc_localisation;
+
 typedef struct {
     char golden[1024];     /* golden file path */
     char stem[128];        /* golden file stem (report classname prefix) */
@@ -30,6 +51,7 @@ typedef struct {
     char tol_reason[256];  /* reason of the override that applied ("" = defaults) */
     char keyline[320];     /* one line of key numbers (or the reason for SKIP / ERROR) */
     char *detail;          /* malloc'd multi-line detail (summary, localisation, h5diff) or NULL */
+    qc_localisation loc;   /* structured first divergence of a failing row (kind NONE else) */
     double seconds;        /* wall time attributed to the row */
 } qc_check_row;
 

@@ -12,7 +12,7 @@
  *      logits row; margins = top1 - top2 of the row that chose each token;
  *   6. snapshot of the state (caches trimmed to P+T+S positions).
  */
-#include "qc/qc_runcase.h"
+#include "qc_runcase.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "qc/qc_backend.h"
+#include "qc/qc_optimized.h"
 #include "qc_opt_internal.h"
 
 /* ===================================================================================== */

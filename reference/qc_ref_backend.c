@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "qc/qc_backend.h"
+#include "qc/qc_reference.h"
 #include "qc_ref_blocks.h"
 #include "qc_ref_deltanet.h"
 

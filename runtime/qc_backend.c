@@ -1,5 +1,6 @@
-/* qc_backend.c — backend options defaults, creation by name, and the state lifecycle calls
- * that reach a runtime keeping its own state. */
+/* qc_backend.c — backend options defaults, allocation, and the state lifecycle calls that
+ * reach a runtime keeping its own state. No backend is named here: the backends depend on the
+ * runtime, never the other way round (creation by name is the harness's registry). */
 #include "qc/qc_backend.h"
 
 #include <stdlib.h>
@@ -19,15 +20,6 @@ qc_backend *qc_backend_alloc(void) {
     qc_backend *be = calloc(1, sizeof *be);
     if (be) be->caps = QC_BE_CAP_ALL;
     return be;
-}
-
-qc_status qc_backend_create(const char *name, const qc_model *m, const qc_backend_opts *o,
-                            qc_backend **out, qc_err *err) {
-    *out = NULL;
-    if (!name || strcmp(name, "reference") == 0) return qc_reference_create(m, o, out, err);
-    if (strcmp(name, "optimized") == 0) return qc_optimized_create(m, o, out, err);
-    return qc_errf(err, QC_ERR_ARG, "unknown backend '%s' (expected reference or optimized)",
-                   name);
 }
 
 void qc_backend_destroy(qc_backend *be) {

@@ -179,11 +179,12 @@ static void state_bytes(const qc_config *c, int64_t ctx, acc64 *a) {
 }
 
 void qc_memplan_req_init(qc_memplan_req *rq, const qc_config *cfg, qc_dtype weight_dtype,
-                         const char *backend, int max_context_len, int max_tokens) {
+                         int max_context_len, int max_tokens) {
     memset(rq, 0, sizeof *rq);
     rq->cfg = cfg;
     rq->weight_dtype = weight_dtype;
-    rq->backend = backend;
+    rq->n_backends = 1;
+    rq->n_token_packs = 0;
     rq->max_context_len = max_context_len;
     rq->max_tokens = max_tokens;
 }
@@ -199,27 +200,24 @@ qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err 
                        rq->max_context_len, rq->max_tokens);
     if (rq->n_logit_rows < 0 || rq->n_hidden_tokens < 0 || rq->n_state_copies < 0)
         return qc_errf(err, QC_ERR_ARG, "memory plan: negative row / copy count");
-    int n_ref = 0, n_opt = 0;
-    const char *b = rq->backend ? rq->backend : "reference";
-    if (!strcmp(b, "reference")) n_ref = 1;
-    else if (!strcmp(b, "optimized")) n_opt = 1;
-    else if (!strcmp(b, "all")) n_ref = n_opt = 1;
-    else return qc_errf(err, QC_ERR_ARG, "memory plan: unknown backend '%s'", b);
+    if (rq->n_backends < 1 || rq->n_token_packs < 0 || rq->n_token_packs > rq->n_backends)
+        return qc_errf(err, QC_ERR_ARG, "memory plan: %d backends with %d token packs",
+                       rq->n_backends, rq->n_token_packs);
 
     /* weights */
     uint64_t wbytes = rq->weight_bytes;
     if (!wbytes && (st = qc_memplan_weight_bytes(c, rq->weight_dtype, &wbytes, err))) return st;
 
-    /* backend(s): scratch per backend + the optimized backend's repacked matrices */
+    /* backend(s): scratch per backend + the packed tokens of those that pack them */
     acc64 be = {0, NULL};
     backend_floats(c, rq->max_tokens, &be);
     acc_scale(&be, "backend (bytes)", 4);
-    acc_scale(&be, "backend (count)", (uint64_t)(n_ref + n_opt));
-    if (n_opt) { /* the optimized backend packs the tokens once per matrix: [NT, max K] */
+    acc_scale(&be, "backend (count)", (uint64_t)rq->n_backends);
+    if (rq->n_token_packs > 0) { /* the tokens packed once per matrix: [NT, max K] each */
         const int64_t kmax = max64(max64(c->hidden_size, c->intermediate_size),
                                    max64((int64_t)c->n_heads * c->head_dim,
                                          (int64_t)c->lin_n_v_heads * c->lin_v_dim));
-        acc_add(&be, "optimized token pack", rq->max_tokens, kmax, 4, 1);
+        acc_add(&be, "backend token pack", rq->n_token_packs, rq->max_tokens, kmax, 4);
     }
 
     /* state */

@@ -31,10 +31,11 @@
 
 #include "qc/qc_backend.h"
 #include "qc/qc_config.h"
-#include "qc/qc_golden.h"
+#include "../harness/qc_golden.h"
 #include "qc/qc_memplan.h"
 #include "qc/qc_model.h"
 #include "qc/qc_prefill.h"
+#include "qc/qc_reference.h"
 #include "qc/qc_safetensors.h"
 #include "qc/qc_state.h"
 
@@ -42,6 +43,7 @@
 #include "../fuzz/tiny_model.h"
 #include "../harness/qc_cli_common.h"
 #include "../harness/qc_policy.h"
+#include "../harness/qc_registry.h"
 
 /* ===================================================================================== */
 /* Temp directory and assertions                                                         */
@@ -736,7 +738,8 @@ START_TEST(test_memplan_08b_32k) {
     qc_err err;
     ck_assert_int_eq(qc_config_preset("0.8b", &c, &err), QC_OK);
     qc_memplan_req rq;
-    qc_memplan_req_init(&rq, &c, QC_BF16, "reference", 32768, 128);
+    qc_memplan_req_init(&rq, &c, QC_BF16, 32768, 128);
+    ck_assert_int_eq(qc_registry_memplan("reference", &rq, &err), QC_OK);
     rq.n_logit_rows = 130 + 8;
     rq.n_hidden_tokens = 130;
     rq.n_state_copies = 2;
@@ -769,7 +772,8 @@ START_TEST(test_memplan_9b_refused) {
     qc_err err;
     ck_assert_int_eq(qc_config_preset("9b", &c, &err), QC_OK);
     qc_memplan_req rq;
-    qc_memplan_req_init(&rq, &c, QC_BF16, "reference", 32768, 128);
+    qc_memplan_req_init(&rq, &c, QC_BF16, 32768, 128);
+    ck_assert_int_eq(qc_registry_memplan("reference", &rq, &err), QC_OK);
     qc_memplan p;
     ck_assert_int_eq(qc_memplan_estimate(&rq, &p, &err), QC_OK);
     /* 9b BF16: ~9e9 parameters x 2 B (untied head included) */
@@ -780,14 +784,21 @@ START_TEST(test_memplan_9b_refused) {
                "weights");
     /* both backends and a no-KV profile ([32768, V] logits of a recomputation) need more */
     qc_memplan p2;
-    rq.backend = "all";
+    ck_assert_int_eq(qc_registry_memplan("all", &rq, &err), QC_OK);
+    ck_assert_int_eq(rq.n_backends, 2);
+    ck_assert_int_eq(rq.n_token_packs, 1);
     rq.nokv = 1;
     ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_OK);
     ck_assert_uint_gt(p2.total, p.total + p.weights);
     /* bad requests */
-    rq.backend = "gpu";
+    expect_err(qc_registry_memplan("gpu", &rq, &err), &err, QC_ERR_ARG,
+               "memory plan: unknown backend 'gpu'", NULL, NULL);
+    rq.n_token_packs = 3; /* more packing backends than backends */
     ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_ERR_ARG);
-    rq.backend = "reference";
+    rq.n_token_packs = 1;
+    rq.n_backends = 0;
+    ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_ERR_ARG);
+    ck_assert_int_eq(qc_registry_memplan("reference", &rq, &err), QC_OK);
     rq.max_context_len = 0;
     ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_ERR_ARG);
     /* absurd dims: a clean range error, no overflow */

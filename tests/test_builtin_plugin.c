@@ -7,7 +7,7 @@
  *   - bit-identity (memcmp): prefill + 3 teacher-forced decode steps through the plugin give the
  *     same logits (every prompt position and every decode step), hidden states (every index,
  *     every position) and state buffers (every layer and kind, whole capacity: unused slots
- *     included; after prefill and after decode) as qc_backend_create + qc_runner in the same
+ *     included; after prefill and after decode) as the built-in backend + qc_runner in the same
  *     process, on an F32 and a BF16 fixture, for both plugins, static / dynamic (two chunks) /
  *     no-KV strategies; with set_option dn_kernel=recurrent, chunk_size=3, chunk_size=300,
  *     threads (optimized); with the default open options (capacity 4096: caches read trimmed);
@@ -32,6 +32,7 @@
 #include "qc/qc_prefill.h"
 #include "qc/qc_runtime_plugin.h"
 #include "qc/qc_state.h"
+#include "../harness/qc_registry.h"
 
 #define F32_MODEL QC_SOURCE_DIR "/fixtures/tiny-f32-tied-flat/model"
 #define BF16_MODEL QC_SOURCE_DIR "/fixtures/tiny-bf16-gva-nested/model"
@@ -157,7 +158,15 @@ static void tokens_for(const qc_model *m, int32_t *toks) {
     for (int i = 0; i < NPROMPT + NDEC; i++) toks[i] = (int32_t)((i * 37 + 11) % V);
 }
 
-/* Directly: qc_backend_create + qc_runner. */
+/* A built-in backend by name, through the harness's registry. */
+static qc_status builtin_create(const char *name, const qc_model *m, const qc_backend_opts *o,
+                                qc_backend **out, qc_err *e) {
+    qc_runtime_spec rs;
+    qc_status s = qc_registry_parse(name, 0, &rs, e);
+    return s ? s : qc_registry_create(&rs, NULL, m, o, out, e);
+}
+
+/* Directly: the registry's built-in backend + qc_runner. */
 static void run_direct(const qc_model *m, const char *backend, const variant *va, run_out *o) {
     out_init(o, m);
     int32_t toks[NPROMPT + NDEC];
@@ -175,7 +184,7 @@ static void run_direct(const qc_model *m, const char *backend, const variant *va
     qc_backend *be = NULL;
     qc_err e;
     qc_err_clear(&e);
-    ck_assert_msg(qc_backend_create(backend, m, &bo, &be, &e) == QC_OK, "%s", e.msg);
+    ck_assert_msg(builtin_create(backend, m, &bo, &be, &e) == QC_OK, "%s", e.msg);
     qc_state *st = NULL;
     ck_assert_int_eq(qc_state_create(&m->cfg, CAP, &st, NULL), QC_OK);
     qc_profile p;
@@ -403,7 +412,7 @@ START_TEST(abi_and_info) {
     ck_assert(p->get_hidden && p->get_state && p->fill_state && p->set_option);
     /* only the entry is exported: the private qwenconform copy is invisible */
     ck_assert_ptr_null(dlsym(pl.lib, "qc_model_load"));
-    ck_assert_ptr_null(dlsym(pl.lib, "qc_backend_create"));
+    ck_assert_ptr_null(dlsym(pl.lib, "qc_backend_alloc"));
     ck_assert_ptr_nonnull(p->last_error(NULL));
 
     qc_model *m = load_model(F32_MODEL);
@@ -521,7 +530,7 @@ static void long_call(const char *be, const char *opts, int chunk, int ctx, int 
     qc_backend *b = NULL;
     qc_err e;
     qc_err_clear(&e);
-    ck_assert_msg(qc_backend_create(be, m, &bo, &b, &e) == QC_OK, "%s", e.msg);
+    ck_assert_msg(builtin_create(be, m, &bo, &b, &e) == QC_OK, "%s", e.msg);
     qc_state *sd = NULL;
     ck_assert_int_eq(qc_state_create(&m->cfg, ctx, &sd, NULL), QC_OK);
     ck_assert_msg(b->forward(b, toks, nt, 0, sd, ld, 1, &e) == QC_OK, "%s", e.msg);

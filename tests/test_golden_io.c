@@ -12,8 +12,8 @@
 
 #include <hdf5.h>
 
-#include "qc/qc_golden.h"
-#include "qc/qc_runcase.h"
+#include "../harness/qc_golden.h"
+#include "../harness/qc_runcase.h"
 #include "qc/qc_state.h"
 
 /* ===================================================================================== */

@@ -14,9 +14,11 @@
 
 #include "qc/qc_backend.h"
 #include "qc/qc_model.h"
+#include "qc/qc_optimized.h"
 #include "qc/qc_prefill.h"
 #include "qc/qc_state.h"
 #include "qc_testmodel.h"
+#include "../harness/qc_registry.h"
 #include "../optimized/qc_opt_kernels.h"
 
 /* ===================================================================================== */
@@ -84,7 +86,10 @@ static void run_seq(const qc_model *m, const run_cfg *rc, const int32_t *toks, i
     bo.max_tokens = ctx;
     qc_backend *be = NULL;
     qc_err e = {0};
-    ck_assert_msg(qc_backend_create(rc->backend, m, &bo, &be, &e) == QC_OK, "create: %s", e.msg);
+    qc_runtime_spec rs;
+    ck_assert_msg(qc_registry_parse(rc->backend, 0, &rs, &e) == QC_OK &&
+                      qc_registry_create(&rs, NULL, m, &bo, &be, &e) == QC_OK,
+                  "create: %s", e.msg);
     snprintf(out->desc, sizeof out->desc, "%s", be->describe(be));
     ck_assert_int_eq(qc_state_create(&m->cfg, ctx, &out->st, &e), QC_OK);
     qc_profile p;

@@ -22,6 +22,7 @@
 
 #include "qc/qc_backend.h"
 #include "qc/qc_model.h"
+#include "qc/qc_reference.h"
 #include "qc/qc_state.h"
 
 /* ---------------------------------------------------------------------------------------- */

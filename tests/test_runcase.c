@@ -11,10 +11,11 @@
 #include <string.h>
 
 #include "qc/qc_backend.h"
-#include "qc/qc_golden.h"
+#include "../harness/qc_golden.h"
 #include "qc/qc_model.h"
 #include "qc/qc_prefill.h"
-#include "qc/qc_runcase.h"
+#include "qc/qc_reference.h"
+#include "../harness/qc_runcase.h"
 #include "qc_testmodel.h"
 
 /* ===================================================================================== */
@@ -42,7 +43,7 @@ static void setup(void) {
     qc_backend_opts bo;
     qc_backend_opts_default(&bo);
     bo.max_tokens = CTX;
-    ck_assert_msg(qc_backend_create("reference", model_, &bo, &be_, &err) == QC_OK, "%s", err.msg);
+    ck_assert_msg(qc_reference_create(model_, &bo, &be_, &err) == QC_OK, "%s", err.msg);
 }
 
 static void teardown(void) {

@@ -1,10 +1,12 @@
 /* qc_builtin_plugin.c — a built-in backend (reference or optimized) exposed through the runtime
  * plugin ABI v1 (include/qc/qc_runtime_plugin.h): the ABI's own proof.
  *
- * Compiled twice (CMakeLists.txt, "shipped adapters"): -DQC_PLUGIN_BACKEND="reference" into
- * libqc_plugin_reference.so and -DQC_PLUGIN_BACKEND="optimized" into libqc_plugin_optimized.so,
- * each linking the static qwenconform library privately and exporting nothing but
- * qc_runtime_plugin_entry. `qwen-conform check --backend plugin:<that .so>` must then give the
+ * Compiled twice (CMakeLists.txt, "shipped adapters"): -DQC_PLUGIN_BACKEND="reference"
+ * -DQC_PLUGIN_CREATE=qc_reference_create into libqc_plugin_reference.so and
+ * -DQC_PLUGIN_BACKEND="optimized" -DQC_PLUGIN_CREATE=qc_optimized_create into
+ * libqc_plugin_optimized.so, each linking privately the static runtime and that one backend
+ * (qc_runtime + qc_reference / qc_optimized: no harness, no other backend) and exporting nothing
+ * but qc_runtime_plugin_entry. `qwen-conform check --backend plugin:<that .so>` must then give the
  * same verdicts and bit-identical numbers as `--backend reference` / `--backend optimized`:
  * the plugin runs the very same forward pass on its own qc_state (canonical layout), so every
  * buffer the harness reads back is the backend's own.
@@ -30,11 +32,16 @@
 
 #include "qc/qc_backend.h"
 #include "qc/qc_model.h"
+#include "qc/qc_optimized.h"
+#include "qc/qc_reference.h"
 #include "qc/qc_runtime_plugin.h"
 #include "qc/qc_state.h"
 
 #ifndef QC_PLUGIN_BACKEND
 #error "build with -DQC_PLUGIN_BACKEND=\"reference\" or \"optimized\""
+#endif
+#ifndef QC_PLUGIN_CREATE
+#error "build with -DQC_PLUGIN_CREATE=qc_reference_create or qc_optimized_create"
 #endif
 
 #define QCB_EXPORT __attribute__((visibility("default")))
@@ -105,7 +112,7 @@ static int make_backend(qcb_handle *h) {
     qc_backend *be = NULL;
     qc_err e;
     qc_err_clear(&e);
-    qc_status s = qc_backend_create(QC_PLUGIN_BACKEND, h->model, &o, &be, &e);
+    qc_status s = QC_PLUGIN_CREATE(h->model, &o, &be, &e);
     if (s != QC_OK)
         return seterr(h, QC_PLUGIN_ERROR, "%s backend: %s (%s)", QC_PLUGIN_BACKEND, e.msg,
                       qc_status_str(s));

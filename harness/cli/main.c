@@ -8,11 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qc/qc_backend.h"
-#include "qc/qc_cli.h"
-#include "qc/qc_golden.h"
-#include "qc/qc_config.h"
-#include "qc/qc_model.h"
+#include "qc/qc_probe.h"
+#include "../qc_cli.h"
+#include "../qc_golden.h"
 
 static const char usage[] =
     "usage: qwen-conform [check] --golden DIR|FILE [options]   check a runtime against goldens\n"
@@ -28,45 +26,10 @@ static const char usage[] =
     "Exit codes: 0 all passed, 1 conformance failure, 2 usage / I/O / format error,\n"
     "            3 nothing was checked.\n";
 
-/* The optimized backend's describe() (its run-time ISA choice) on a tiny synthetic model. */
+/* The optimized backend's run-time kernel choice (as its describe() names it), no model needed. */
 static void print_isa(void) {
-    qc_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.vocab_size = 32;
-    cfg.hidden_size = 16;
-    cfg.intermediate_size = 32;
-    cfg.n_layers = 2;
-    cfg.n_heads = 2;
-    cfg.n_kv_heads = 1;
-    cfg.head_dim = 8;
-    cfg.lin_n_k_heads = 1;
-    cfg.lin_n_v_heads = 2;
-    cfg.lin_k_dim = 8;
-    cfg.lin_v_dim = 8;
-    cfg.conv_kernel = 4;
-    cfg.rms_eps = 1e-6;
-    cfg.rope_theta = 10000.0;
-    cfg.partial_rotary_factor = 0.25;
-    cfg.rotary_dim = 2;
-    cfg.tie_word_embeddings = 1;
-    cfg.max_position_embeddings = 128;
-    cfg.layer_types[0] = QC_LAYER_LINEAR;
-    cfg.layer_types[1] = QC_LAYER_FULL;
-    qc_model *m = NULL;
-    qc_backend *be = NULL;
-    qc_err err;
-    qc_err_clear(&err);
-    qc_backend_opts o;
-    qc_backend_opts_default(&o);
-    o.max_tokens = 4;
-    if (qc_model_synthetic(&cfg, QC_F32, 1, &m, &err) == QC_OK &&
-        qc_backend_create("optimized", m, &o, &be, &err) == QC_OK) {
-        printf("optimized backend: %s\n", be->describe ? be->describe(be) : be->name);
-    } else {
-        printf("optimized backend: unavailable (%s)\n", err.msg);
-    }
-    qc_backend_destroy(be);
-    qc_model_free(m);
+    const int t = qc_probe_max_threads();
+    printf("optimized backend: optimized (%s, %d thread%s)\n", qc_probe_isa(), t, t == 1 ? "" : "s");
 }
 
 int main(int argc, char **argv) {

@@ -94,13 +94,9 @@ qc_status qc_backend_fill_state(qc_backend *be, qc_state *st, float v, qc_err *e
  * QC_ERR_UNSUPPORTED without QC_BE_CAP_STATE_READ). */
 qc_status qc_backend_sync_state(qc_backend *be, qc_state *st, int n_pos, qc_err *err);
 
-qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
-                              qc_err *err);
-qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
-                              qc_err *err);
-/* By name: "reference" or "optimized". */
-qc_status qc_backend_create(const char *name, const qc_model *m, const qc_backend_opts *o,
-                            qc_backend **out, qc_err *err);
+/* Making a backend is not the runtime's business (it never names one): qc_reference_create
+ * (qc/qc_reference.h) and qc_optimized_create (qc/qc_optimized.h) make the built-in ones; the
+ * harness maps `--backend` names to them, to plugins and to adapters (harness/qc_registry.h). */
 void qc_backend_destroy(qc_backend *be); /* NULL-safe */
 /* Allocate a zeroed qc_backend with caps = QC_BE_CAP_ALL (what every backend's create starts
  * from); NULL when out of memory. */

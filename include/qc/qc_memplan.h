@@ -5,10 +5,13 @@
  *   weights  the weight storage: every tensor of the config in `weight_dtype` (A_log and the
  *            gated-norm weight always F32, as real checkpoints and qc_model_synthetic store
  *            them); mmapped checkpoints are counted too (their pages are touched by a forward);
- *   backend  the backend's private memory for opts.max_tokens tokens, per backend: fp32 copies
- *            of the small vectors, the activation scratch, the chunked-DeltaNet scratch
- *            ([max_tokens]^2 for one chunk of max_tokens) and, for "optimized", the packed
- *            tokens [max_tokens, max K] (both backends read the weights in place);
+ *   backend  the backends' private memory for opts.max_tokens tokens, per backend alive at
+ *            once (n_backends): fp32 copies of the small vectors, the activation scratch, the
+ *            chunked-DeltaNet scratch ([max_tokens]^2 for one chunk of max_tokens) and, for each
+ *            backend that packs its tokens (n_token_packs: the optimized backend), the packed
+ *            tokens [max_tokens, max K] (the built-in backends read the weights in place). The
+ *            runtime never names a backend: the harness's registry says what a backend name
+ *            costs (qc_registry_memplan in harness/qc_registry.h);
  *   state    qc_state for max_context_len positions (exactly qc_state_bytes' formula);
  *   runner   the prefill controller's own buffers (token history [max_context_len], last
  *            logits [V], and [max_context_len, V] logits for a no-KV-cache profile) and what
@@ -23,7 +26,8 @@
  * one applies.
  *
  * Typical use (record / bench / check, before creating the model, the backend and the state):
- *   qc_memplan_req rq; qc_memplan_req_init(&rq, &cfg, QC_BF16, "reference", ctx, max_tokens);
+ *   qc_memplan_req rq; qc_memplan_req_init(&rq, &cfg, QC_BF16, ctx, max_tokens);
+ *   rq.n_token_packs = 1;   // e.g. one optimized backend (or qc_registry_memplan(name, &rq, err))
  *   rq.n_logit_rows = T + S;
  *   if ((st = qc_memplan_enforce(&rq, max_memory_flag_or_NULL, "record", &plan, err))) fail;
  */
@@ -44,7 +48,9 @@ typedef struct {
     qc_dtype weight_dtype;   /* storage dtype of the weight matrices */
     uint64_t weight_bytes;   /* 0: computed from cfg + weight_dtype; else this exact count
                                 (e.g. qc_model_weight_bytes of a loaded model) */
-    const char *backend;     /* "reference", "optimized" or "all" (both at once) */
+    int n_backends;          /* backends alive at once, each with its scratch (>= 1) */
+    int n_token_packs;       /* of those, backends that pack the tokens once per matrix,
+                                [max_tokens, max K] floats (0..n_backends) */
     int max_context_len;     /* state capacity in positions (>= 1) */
     int max_tokens;          /* backend opts.max_tokens (>= 1) */
     int n_logit_rows;        /* logits rows [rows, V] the caller keeps (>= 0) */
@@ -63,9 +69,10 @@ typedef struct {
     uint64_t total;          /* bytes: the sum */
 } qc_memplan;
 
-/* rq with the given fields and n_logit_rows = n_hidden_tokens = n_state_copies = nokv = 0. */
+/* rq with the given fields, one backend without a token pack (n_backends 1, n_token_packs 0)
+ * and n_logit_rows = n_hidden_tokens = n_state_copies = nokv = 0. */
 void qc_memplan_req_init(qc_memplan_req *rq, const qc_config *cfg, qc_dtype weight_dtype,
-                         const char *backend, int max_context_len, int max_tokens);
+                         int max_context_len, int max_tokens);
 
 /* Estimate. QC_ERR_ARG for bad request fields; QC_ERR_RANGE when a product overflows 64
  * bits (the message names the term). */

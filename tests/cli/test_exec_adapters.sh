@@ -142,6 +142,8 @@ rows = [r for r in json.load(open(sys.argv[1]))["checks"]
 d = rows[0]["detail"]
 assert "the divergence starts in decode: first failing step 1 (position 6" in d, d
 assert "First layer whose state diverges after decode: layer 0 (linear_attention, recurrent_state)" in d, d
+assert rows[0]["first_divergent_layer"] == {"kind": "layer", "layer": 0, "decode_step": 1,
+                                           "source": "decode_hidden"}, rows[0]
 assert ("At decode step 1 the first divergent layer (vs the reference backend on the same inputs) "
         "is layer 0 (linear_attention)") in d, d
 PYEOF

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "qc/qc_backend.h"
-#include "qc/qc_golden.h"
+#include "qc_golden.h"
 #include "qc/qc_prefill.h"
 
 typedef struct {

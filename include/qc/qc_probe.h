@@ -1,0 +1,38 @@
+/* qc_probe.h — machine probes on the optimized backend's kernels (implemented in optimized/):
+ * which kernel table this machine runs, and the two limits `qwen-conform bench` sets its figures
+ * against (memory bandwidth, FP32 FMA peak), measured with the same kernels and threads as the
+ * backend.
+ *
+ * Link: qwen_conform::optimized (it needs OpenMP).
+ */
+#ifndef QC_PROBE_H
+#define QC_PROBE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The kernel table the optimized backend picks at run time: "AVX-512", "AVX2" or "scalar" (the
+ * best the CPU runs, lowered by env QC_ISA=scalar|avx2|avx512). Static string, never NULL. */
+const char *qc_probe_isa(void);
+
+/* Threads the optimized backend uses when opts.n_threads is 0 (omp_get_max_threads()). */
+int qc_probe_max_threads(void);
+
+/* GB/s (1e9 bytes/s) of one streaming read of every buffer bufs[i] (lens[i] bytes), the total
+ * split evenly over `threads` OpenMP threads (each thread reads its contiguous share of the
+ * concatenation, rounded down to 256 bytes at its start), with integer ops only. One pass: take
+ * the best of a few for a limit. n >= 0, threads >= 1; 0 when there is nothing to read. */
+double qc_probe_bandwidth_gbs(const void *const *bufs, const size_t *lens, int n, int threads);
+
+/* GFLOP/s of independent FP32 FMA chains (the kernel table's vector width) on `threads`
+ * threads: 48 * lanes * 3e6 flops per thread. One pass. */
+double qc_probe_fma_gflops(int threads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_PROBE_H */
