@@ -80,8 +80,9 @@ typedef struct {
     int ref_decode;          /* reference backend: decode steps */
     int threads;             /* optimized backend threads (0: OpenMP default) */
     int reps;                /* repetitions */
-    char backends[MAX_BACKENDS][32]; /* backend names */
+    char backends[MAX_BACKENDS][2100]; /* backend specs (registry names: qc_registry.h) */
     int n_backends;
+    int n_external;          /* how many are runtimes under test (plugin / exec) */
     long seed;               /* synthetic weights seed */
     const char *json, *markdown, *svg, *baseline;
     const char *max_memory;   /* --max-memory SIZE, or NULL (available memory) */
@@ -98,8 +99,8 @@ typedef struct {
 } bench_metric;
 
 typedef struct {
-    char name[32];      /* "optimized" */
-    char desc[160];     /* describe() */
+    char name[128];     /* "optimized", "plugin:libx.so", "exec:x.py", "llamacpp" */
+    char desc[768];     /* describe() */
     bench_metric m[N_MODES];
 } bench_backend;
 
@@ -563,7 +564,11 @@ static const char bench_usage[] =
     "  --ref-decode M           reference backend decode steps (default 2)\n"
     "  --threads T              optimized backend and probe threads (default: OpenMP default)\n"
     "  --reps R                 repetitions, interleaved (default 3)\n"
-    "  --backends LIST          comma list (default optimized,reference)\n"
+    "  --backends LIST          comma list of built-in backends (default optimized,reference)\n"
+    "  --backend SPEC           add one backend (repeatable; replaces the default list):\n"
+    "                           reference, optimized, plugin:PATH.so[,k=v...], exec:\"CMD\",\n"
+    "                           isolate:plugin:PATH.so, llamacpp[,k=v...] -- a runtime under\n"
+    "                           test loads the checkpoint itself, so it needs --model DIR\n"
     "  --seed S                 synthetic weights seed (default 1)\n"
     "  --json F  --markdown F  --svg F   report files (written atomically; '-' = stdout)\n"
     "  --baseline F.json --max-regression PCT   exit 1 if a metric is > PCT% slower (default 10)\n"
@@ -602,6 +607,17 @@ static qc_status parse_args(int argc, char **argv, bench_opts *o, int *help, qc_
         else if (qc_argp_is(&a, "--threads")) s = qc_argp_int(&a, 0, 1024, &o->threads, err);
         else if (qc_argp_is(&a, "--reps")) s = qc_argp_int(&a, 1, MAX_REPS, &o->reps, err);
         else if (qc_argp_is(&a, "--backends")) s = qc_argp_value(&a, &backends, err);
+        else if (qc_argp_is(&a, "--backend")) {
+            qc_runtime_spec rs;
+            if (!(s = qc_argp_value(&a, &v, err)) && !(s = qc_registry_parse(v, 0, &rs, err))) {
+                if (o->n_backends == MAX_BACKENDS)
+                    s = qc_errf(err, QC_ERR_ARG, "--backend: at most %d backends", MAX_BACKENDS);
+                else
+                    snprintf(o->backends[o->n_backends++], sizeof o->backends[0], "%s", v);
+                if (!s && rs.kind != QC_RT_BUILTIN) o->n_external++;
+                if (!s) s = qc_registry_preflight(&rs, err);
+            }
+        }
         else if (qc_argp_is(&a, "--seed")) {
             if (!(s = qc_argp_value(&a, &v, err))) s = qc_cli_parse_long(v, "--seed", 0, 1L << 62, &o->seed, err);
         } else if (qc_argp_is(&a, "--json")) s = qc_argp_value(&a, &o->json, err);
@@ -627,7 +643,11 @@ static qc_status parse_args(int argc, char **argv, bench_opts *o, int *help, qc_
         return qc_errf(err, QC_ERR_ARG, "exactly one of --model DIR and --synthetic NAME is required");
     if (!o->static_prompt) o->static_prompt = o->prompt < 64 ? o->prompt : 64;
     if (!o->max_seq_len) o->max_seq_len = o->prompt;
-    /* backends */
+    if (o->n_external && !o->model_dir)
+        return qc_errf(err, QC_ERR_ARG, "--backend: a runtime under test loads the checkpoint "
+                       "itself: use --model DIR (not --synthetic)");
+    /* backends: --backend SPEC replaces the default list */
+    if (o->n_backends) return QC_OK;
     char tmp[256];
     snprintf(tmp, sizeof tmp, "%s", backends);
     for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -748,7 +768,7 @@ int qc_cmd_bench(int argc, char **argv) {
             break;
         }
         bench_backend *bb = &R.be[b];
-        snprintf(bb->name, sizeof bb->name, "%s", o.backends[b]);
+        snprintf(bb->name, sizeof bb->name, "%.127s", rs.name);
         snprintf(bb->desc, sizeof bb->desc, "%s", bes[b]->describe ? bes[b]->describe(bes[b]) : bes[b]->name);
         bb->m[0].tokens = isref ? o.ref_prompt : o.static_prompt;
         bb->m[1].tokens = isref ? o.ref_prompt : o.prompt;

@@ -145,5 +145,27 @@ rc=$?
 [ $rc = 2 ] && grep -q -- "--max-memory: 'lots'" "$TMP/stderr" && ok "bad --max-memory exits 2" || bad "bad --max-memory: exit $rc"
 "$QC" bench --help >"$TMP/stdout" 2>&1 && grep -q -- '--max-regression' "$TMP/stdout" && ok "--help" || bad "--help"
 
+# ---- runtimes under test beside ours, in one run (plugin, exec) --------------------------------
+PLUG="$(dirname "$QC")/libqc_plugin_optimized.so"
+if [ -f "$PLUG" ] && [ -n "${MODEL:-}" ]; then
+  "$QC" bench --model "$MODEL" --prompt 16 --decode 4 --reps 2 --backend optimized \
+    --backend "plugin:$PLUG" --backend "exec:/usr/bin/python3 $SRC/adapters/golden/qc_golden_adapter.py" \
+    --json "$TMP/peers.json" >"$TMP/stdout" 2>"$TMP/stderr"
+  rc=$?
+  if [ $rc = 0 ] && /usr/bin/python3 - "$TMP/peers.json" <<'PYEOF'; then ok "bench times a plugin and an exec adapter beside optimized in one run"; else bad "bench with peers: exit $rc $(tail -n 3 "$TMP/stderr")"; fi
+import json, sys
+r = json.load(open(sys.argv[1]))
+names = {e["backend"] for e in r["results"]}
+assert {"optimized", "plugin:libqc_plugin_optimized.so", "exec:qc_golden_adapter.py"} <= names, names
+assert all(e["tok_s_median"] > 0 for e in r["results"]), r["results"]
+PYEOF
+fi
+"$QC" bench --synthetic 0.8b --backend "exec:/bin/true" >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q "needs --model DIR" "$TMP/stderr" && ok "a runtime under test with --synthetic exits 2" || bad "exec with --synthetic: exit $rc"
+"$QC" bench --synthetic 0.8b --backend "plugin:$TMP/none.so" >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q "none.so: plugin file does not exist" "$TMP/stderr" && ok "a missing plugin exits 2 before any work" || bad "missing plugin: exit $rc"
+
 echo "# $pass passed, $fail failed"
 [ $fail = 0 ]
