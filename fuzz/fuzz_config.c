@@ -11,6 +11,8 @@
 #include "fuzz_common.h"
 #include "qc/qc_config.h"
 #include "qc/qc_memplan.h"
+#include "qc/qc_optimized.h"
+#include "qc/qc_reference.h"
 
 #define FZ_PATH "fuzz/config.json"
 
@@ -48,8 +50,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* the planner on the accepted config: either an estimate or a clean range error */
         qc_memplan_req rq;
         qc_memplan_req_init(&rq, &cfg, QC_BF16, 32768, 128);
-        rq.n_backends = 2; /* both built-ins at once; the optimized one packs its tokens */
-        rq.n_token_packs = 1;
+        /* both built-ins at once, as they report themselves (their counting layout code runs
+         * on every accepted config: a clean size or SIZE_MAX, never a crash) */
+        qc_backend_opts bo;
+        qc_backend_opts_default(&bo);
+        bo.max_tokens = rq.max_tokens;
+        bo.n_threads = 2;
+        qc_err e1;
+        qc_err_clear(&e1);
+        qc_status bs =
+            qc_memplan_add_backend(&rq, "reference", qc_reference_scratch_bytes(&cfg, &bo), &e1);
+        if (!bs)
+            bs = qc_memplan_add_backend(&rq, "optimized", qc_optimized_scratch_bytes(&cfg, &bo),
+                                        &e1);
+        fz_check_error(bs, &e1, "memory plan");
+        if (bs) {
+            free(buf);
+            return 0;
+        }
         rq.n_logit_rows = 16;
         rq.n_hidden_tokens = 16;
         rq.n_state_copies = 2;

@@ -64,6 +64,13 @@ def st_header(ts, dtype="F32", meta=True):
     return json.dumps(hdr, separators=(",", ":")).encode(), off
 
 
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def put(target, name, data):
     d = os.path.join(OUT, target)
     os.makedirs(d, exist_ok=True)
@@ -95,6 +102,12 @@ def main():
     legacy.update(rope_theta=1e6, partial_rotary_factor=0.25, full_attention_interval=2,
                   num_hidden_layers=4, head_dim=8)
     put("fuzz_config", "legacy.json", json.dumps(legacy))
+    # other families / MoE (refused: model_type, architectures, num_experts)
+    put("fuzz_config", "llama.json", json.dumps(dict(CFG, model_type="llama",
+                                                     architectures=["LlamaForCausalLM"])))
+    put("fuzz_config", "qwen3_next_moe.json",
+        json.dumps(dict(CFG, model_type="qwen3_next", architectures=["Qwen3NextForCausalLM"],
+                        num_experts=8, decoder_sparse_step=2, mlp_only_layers=[0])))
 
     # --- sharded index
     ts = tensors(CFG)
@@ -107,11 +120,15 @@ def main():
     put("fuzz_profile", "dynamic.json", '{"enable_dynamic_shape": true, "max_seq_len": 16}')
     put("fuzz_profile", "nokv.json", '{"use_kv_cache": false, "get_max_seq_len": 64, "get_max_context_len": 64}')
     put("fuzz_profile", "empty.json", "{}")
+    put("fuzz_profile", "typo.json", '{"enable_dynamic_shap": true, "max_seq_len": 16}')
+    put("fuzz_profile", "both_names.json", '{"max_seq_len": 16, "get_max_seq_len": 16}')
 
     # --- token lists
     put("fuzz_tokens", "commas.txt", "1,2,3")
     put("fuzz_tokens", "lines.txt", "151643 17 0\n5, 9\t2147483647\n")
     put("fuzz_tokens", "bad.txt", "1,x7,3")
+    put("fuzz_tokens", "empty_items.txt", "1,,3\n, 4,\n")
+    put("fuzz_tokens", "signs_hex.txt", "+5 -0 0x1f 99999999999\n")
 
     # --- tolerance policy (harness/qc_policy.h)
     cls = ["logits", "hidden", "k_cache", "v_cache", "conv_state", "recurrent_state"]
@@ -134,6 +151,84 @@ def main():
     put("fuzz_golden", "f64_logits_shape", bytes([3, 12, 3, 0, 1, 12, 1, 31]))
     put("fuzz_golden", "truncated", bytes([10, 0, 20, 0]))
     put("fuzz_golden", "token_out_of_vocab", bytes([4, 11, 31, 1]))
+
+    # --- diff programs (fuzz_diff.c): the same edits, on the ACTUAL file; op >= 0xE0 edits
+    # the golden. Item numbers: golden_builder.h's base_program (11 c1/tokens, 12 c1 logits,
+    # 13 c1 hidden, 14-17 c1 prefill state, 19 c1 decode logits, 21-24 c1 decode state, 8
+    # config_json). Op 4 with a = 11: an integer value poked into a float (a real mismatch).
+    put("fuzz_diff", "base", b"")
+    put("fuzz_diff", "logit_mismatch", bytes([4, 12, 11, 5]))
+    put("fuzz_diff", "hidden_mismatch_layer1", bytes([4, 13, 11, 9]))
+    put("fuzz_diff", "recurrent_state_mismatch", bytes([4, 15, 11, 1]))
+    put("fuzz_diff", "decode_logit_mismatch", bytes([4, 19, 11, 2]))
+    put("fuzz_diff", "nan_in_actual", bytes([4, 12, 0, 5]))
+    put("fuzz_diff", "actual_without_hidden", bytes([0, 13, 0, 0]))
+    put("fuzz_diff", "actual_without_decode_state", bytes([0, 21, 0, 0, 0, 22, 0, 0]))
+    put("fuzz_diff", "other_tokens", bytes([4, 11, 11, 0]))
+    put("fuzz_diff", "case_renamed", bytes([7, 11, 0, 3]))
+    put("fuzz_diff", "other_config", bytes([6, 8, 40, 0x39]))
+    put("fuzz_diff", "actual_f64_logits", bytes([3, 12, 3, 0]))
+    put("fuzz_diff", "golden_poked", bytes([0xE4, 12, 11, 5]))
+    put("fuzz_diff", "golden_without_hidden", bytes([0xE0, 13, 0, 0]))
+
+    # --- adapter conversations (fuzz_adapter.c): records [flags][u16 LE length][bytes], one
+    # per answer of the child (record 0: hello). A frame: "QCAP", header_len u32, payload_len
+    # u64, JSON header, float32 payload. Dims: fuzz/tiny_model.h (V 32, H 8, L 2).
+    def frame(hdr, payload=b""):
+        h = json.dumps(hdr, separators=(",", ":")).encode()
+        return b"QCAP" + struct.pack("<IQ", len(h), len(payload)) + h + payload
+
+    def rec(data, flags=0):
+        return bytes([flags]) + struct.pack("<H", len(data)) + data
+
+    def tensors_frame(ts):
+        n = sum(_numel(sh) for _, sh in ts)
+        return frame({"type": "ok", "tensors": [{"name": nm, "shape": sh} for nm, sh in ts]},
+                     struct.pack("<%df" % n, *[0.25 * (i % 7) - 0.5 for i in range(n)]))
+
+    def state(npos):
+        return [("layer_00/conv_state", [16, 4]), ("layer_00/recurrent_state", [2, 4, 4]),
+                ("layer_01/k_cache", [1, npos, 4]), ("layer_01/v_cache", [1, npos, 4])]
+
+    caps = ["hidden", "state_read", "state_fill", "threads", "dn_kernel", "chunk_size"]
+    hello = frame({"type": "hello", "protocol": "qwen-conform-adapter", "version": 1,
+                   "name": "seed"})
+    opened = frame({"type": "ok", "info": {"vocab_size": 32, "hidden_size": 8, "n_layers": 2,
+                                           "max_tokens_per_call": 0, "max_context_len": 0,
+                                           "capabilities": caps, "name": "seed runtime"}})
+    ok = frame({"type": "ok"})
+    fwd3 = tensors_frame([("logits", [3, 32]), ("hidden", [3, 3, 8])])
+    fwd1 = tensors_frame([("logits", [1, 32]), ("hidden", [3, 1, 8])])
+    full = [hello, opened, ok, fwd3, tensors_frame(state(3)), tensors_frame(state(5)), ok, ok,
+            ok, ok, fwd1, tensors_frame(state(1)), ok]
+    put("fuzz_adapter", "full_conversation", b"".join(rec(f) for f in full))
+    bare_open = frame({"type": "ok", "info": {"vocab_size": 32, "hidden_size": 8,
+                                              "n_layers": 2}})
+    bare = [hello, bare_open, ok, tensors_frame([("logits", [3, 32])]), ok,
+            tensors_frame([("logits", [1, 32])]), ok]
+    put("fuzz_adapter", "no_capabilities", b"".join(rec(f) for f in bare))
+    err = frame({"type": "error", "message": "out of\nmemory"})
+    unsup = frame({"type": "error", "unsupported": True, "message": "no state"})
+    put("fuzz_adapter", "error_answers", b"".join(rec(f) for f in [
+        hello, opened, ok, err, unsup, unsup, unsup, ok, err, unsup, ok, err, ok]))
+    put("fuzz_adapter", "stray_print_before_hello",
+        rec(b"loading model...\n" + hello) + b"".join(rec(f) for f in full[1:]))
+    put("fuzz_adapter", "open_refused", rec(hello) + rec(err))
+    put("fuzz_adapter", "wrong_protocol", rec(frame({"type": "hello", "protocol": "other",
+                                                     "version": 2})))
+    put("fuzz_adapter", "crash_in_forward", b"".join(rec(f) for f in full[:3]) +
+        rec(b"", 3) + b"".join(rec(f) for f in full))
+    put("fuzz_adapter", "exit_3_after_reset", b"".join(rec(f) for f in full[:2]) +
+        rec(ok, 1 | (3 << 5)))
+    put("fuzz_adapter", "chatty_stderr", b"".join(rec(f, 4) for f in full))
+    put("fuzz_adapter", "second_answer", b"".join(rec(f) for f in full[:3]) + rec(ok, 8) +
+        b"".join(rec(f) for f in full[3:]))
+    put("fuzz_adapter", "wrong_shape", b"".join(rec(f) for f in full[:3]) +
+        rec(tensors_frame([("logits", [3, 31]), ("hidden", [3, 3, 8])])))
+    put("fuzz_adapter", "truncated_payload", b"".join(rec(f) for f in full[:3]) +
+        rec(fwd3[:-10]))
+    put("fuzz_adapter", "hang_in_reset", b"".join(rec(f) for f in full[:2]) + rec(b"", 2))
+    put("fuzz_adapter", "bad_header_len", rec(b"QCAP\xff\xff\xff\x7f" + bytes(8)))
 
     # --- fixtures' own small text files, when present
     for p in sorted(glob.glob(os.path.join(ROOT, "fixtures", "**", "*.json"), recursive=True)):

@@ -5,7 +5,10 @@
 
 Directories are searched recursively for *.h5. Every problem is reported as
 "<file>: <dataset or attribute>: <what is wrong>". Exit status: 0 all valid, 1 a file is
-invalid, 2 usage error or no file found. Importable: `validate(path) -> [error strings]`.
+invalid, 2 usage error, a path that does not exist or no file found (one line on stderr).
+Importable: `validate(path) -> [error strings]`. A file that cannot be read (not HDF5, truncated,
+an object libhdf5 cannot decode, a config_json that is no Qwen3.5 config) is reported as invalid
+with the place where reading stopped, never as a traceback; the other files are still checked.
 
 Checks: root attributes (presence, type, schema_version 1, config_sha256 = SHA-256 of
 config_json, and when the model directory resolves: the config / weight hashes of its files);
@@ -25,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qcgolden import config as qconfig  # noqa: E402
+from qcgolden.__main__ import InputError, check_config_fields  # noqa: E402
 
 SCHEMA_VERSION = 1
 CASE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -86,9 +90,23 @@ def _check_root(f, rep):
     if hashlib.sha256(cj.encode("utf-8")).hexdigest() != a["config_sha256"]:
         rep.err("/ (attr config_sha256)", "does not match the SHA-256 of attr config_json")
     try:
-        cfg = qconfig.parse(json.loads(cj), "attr config_json")
-    except (ValueError, qconfig.ConfigError) as e:
+        obj = json.loads(cj)
+    except ValueError as e:
+        rep.err("/ (attr config_json)", "not valid JSON: %s" % e)
+        return None
+    try:  # the generator's own checks first: model family, field types (one clear line)
+        check_config_fields(obj, "attr config_json")
+    except InputError as e:
         rep.err("/ (attr config_json)", str(e))
+        return None
+    try:
+        cfg = qconfig.parse(obj, "attr config_json")
+    except qconfig.ConfigError as e:
+        rep.err("/ (attr config_json)", str(e))
+        return None
+    except Exception as e:  # noqa: BLE001 - a field of the wrong type the parser trips on
+        rep.err("/ (attr config_json)", "not a Qwen3.5 text config (%s: %s)"
+                % (type(e).__name__, e))
         return None
     return cfg
 
@@ -237,6 +255,11 @@ def _check_case(f, name, cfg, rep):
 # Entry points
 # ------------------------------------------------------------------------------------------------
 
+# What reading a damaged file can raise from h5py / libhdf5 (and numpy on the values it
+# returns): reported as "cannot read" at the object being checked, not as a traceback.
+READ_ERRORS = (OSError, KeyError, RuntimeError, TypeError, ValueError, IndexError)
+
+
 def validate(path, check_model=True):
     """List of error strings (empty = valid)."""
     rep = _Report(path)
@@ -245,18 +268,31 @@ def validate(path, check_model=True):
     except (OSError, ValueError) as e:
         rep.err("/", "cannot open as HDF5: %s" % e)
         return rep.errors
-    with f:
-        cfg = _check_root(f, rep)
-        if cfg is None:
-            return rep.errors
-        if check_model:
-            _check_model_files(f, rep)
-        if "cases" not in f or not isinstance(f["cases"], h5py.Group) or not len(f["cases"]):
-            rep.err("/cases", "missing or empty")
-            return rep.errors
-        for name in sorted(f["cases"].keys()):
-            _check_case(f, name, cfg, rep)
+    where = "/"
+    try:
+        with f:
+            cfg = _check_root(f, rep)
+            if cfg is None:
+                return rep.errors
+            if check_model:
+                where = "/ (attr model_path)"
+                _check_model_files(f, rep)
+            where = "/cases"
+            if "cases" not in f or not isinstance(f["cases"], h5py.Group) or not len(f["cases"]):
+                rep.err("/cases", "missing or empty")
+                return rep.errors
+            for name in sorted(f["cases"].keys()):
+                try:
+                    _check_case(f, name, cfg, rep)
+                except READ_ERRORS as e:  # this case is unreadable; the others are checked
+                    _cannot_read(rep, "/cases/" + name, e)
+    except READ_ERRORS as e:
+        _cannot_read(rep, where, e)
     return rep.errors
+
+
+def _cannot_read(rep, where, e):
+    rep.err(where, "cannot read (%s: %s)" % (type(e).__name__, " ".join(str(e).split())))
 
 
 def find_goldens(p):
@@ -274,9 +310,13 @@ def main(argv):
     if not args or any(a.startswith("-") for a in args):
         sys.stderr.write("usage: validate.py [--no-model] FILE_OR_DIR...\n")
         return 2
+    for a in args:
+        if not os.path.exists(a):
+            sys.stderr.write("validate.py: %s: no such file or directory\n" % a)
+            return 2
     files = [f for a in args for f in find_goldens(a)]
     if not files:
-        sys.stderr.write("validate.py: no *.h5 file found\n")
+        sys.stderr.write("validate.py: no *.h5 file found in %s\n" % ", ".join(args))
         return 2
     bad = 0
     for path in files:

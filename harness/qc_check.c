@@ -9,7 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "qc_cli.h"
 #include "qc/qc_memplan.h"
@@ -56,8 +61,20 @@ static const char check_usage[] =
     "  --max-memory SIZE     refuse (exit 2) when the planned memory exceeds SIZE (e.g. 8G;\n"
     "                        default: the machine's available memory)\n"
     "  --quiet               print only failures and the summary\n"
-    "exit: 0 all passed, 1 a conformance failure, 2 usage / I/O / format error,\n"
-    "      3 nothing was checked\n";
+    "  --model DIR           check every golden against the model in DIR instead of its\n"
+    "                        model_path (a golden copied away from its model)\n"
+    "  --atol CLASS=V, --rtol CLASS=V   replace the policy's default atol / rtol of a class\n"
+    "                        (logits, hidden, k_cache, v_cache, conv_state, recurrent_state;\n"
+    "                        repeatable; per-backend sections and overrides still apply)\n"
+    "CI:\n"
+    "  --maxfail N, -x       stop once N checks FAILED or ERRORED (-x: 1); the run in progress\n"
+    "                        finishes, every report holds what ran, exit 1 (2 on an error)\n"
+    "  --durations N         print the N slowest <stem>/<case>/<backend>/<mode> runs (0: all)\n"
+    "  --rerun-failed R.json run only the <stem>/<case>/<backend>/<mode> combinations that\n"
+    "                        FAILED or ERRORED in an earlier --json report (any tool version of\n"
+    "                        the same report schema_version); ANDed with --filter / --shard\n"
+    "exit (highest first): 2 usage / I/O / format error (the run is incomplete), 1 a\n"
+    "      conformance failure, 3 nothing was checked, 0 all passed\n";
 
 /* --backend may be given more than once: built-in names add to the set, any other value is
  * the one runtime under test (plugin / exec / llamacpp). */
@@ -138,9 +155,69 @@ static qc_status parse_fault(const char *v, qc_check_faults *f, qc_err *err) {
     return QC_OK;
 }
 
-/* Shared option parsing of check and calibrate. Returns -1 to continue, else an exit code. */
+/* What the command line of check (and diff, policy --print) holds beyond qc_check_opts. */
+#define MAX_TOL_FLAGS 64
+typedef struct {
+    int durations;              /* --durations N; -1: not given; 0: all */
+    const char *rerun;          /* --rerun-failed REPORT.json */
+    struct {
+        qc_tclass cls;
+        const char *field;      /* "atol" / "rtol" */
+        double v;
+        const char *text;       /* as given: "logits=0.01" */
+    } tol[MAX_TOL_FLAGS];       /* --atol / --rtol in command-line order (later wins) */
+    int n_tol;
+} check_cli;
+
+static void check_cli_init(check_cli *x) {
+    memset(x, 0, sizeof *x);
+    x->durations = -1;
+}
+
+/* --atol / --rtol CLASS=V */
+static qc_status parse_tol_flag(const char *flag, const char *v, check_cli *x, qc_err *err) {
+    const char *eq = strchr(v, '=');
+    char cls[64];
+    if (!eq || eq == v || (size_t)(eq - v) >= sizeof cls)
+        return qc_errf(err, QC_ERR_ARG, "%s: '%s' is not CLASS=VALUE (e.g. logits=0.01)", flag, v);
+    memcpy(cls, v, (size_t)(eq - v));
+    cls[eq - v] = 0;
+    qc_tclass c;
+    if (qc_tclass_parse(cls, &c) != 0)
+        return qc_errf(err, QC_ERR_ARG, "%s: unknown tensor class '%s' (logits, hidden, k_cache, "
+                       "v_cache, conv_state, recurrent_state)", flag, cls);
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(eq + 1, &end);
+    if (!eq[1] || !end || *end || errno == ERANGE || !isfinite(d) || d < 0.0)
+        return qc_errf(err, QC_ERR_ARG, "%s: '%s' is not a non-negative number", flag, eq + 1);
+    if (x->n_tol >= MAX_TOL_FLAGS)
+        return qc_errf(err, QC_ERR_ARG, "%s: more than %d --atol / --rtol", flag, MAX_TOL_FLAGS);
+    x->tol[x->n_tol].cls = c;
+    x->tol[x->n_tol].field = !strcmp(flag, "--atol") ? "atol" : "rtol";
+    x->tol[x->n_tol].v = d;
+    x->tol[x->n_tol].text = v;
+    x->n_tol++;
+    return QC_OK;
+}
+
+/* Apply --atol / --rtol to the policy's defaults and name them in its description. */
+static qc_status apply_tol_flags(const check_cli *x, qc_policy *pol, qc_err *err) {
+    for (int i = 0; i < x->n_tol; i++) {
+        qc_status s = qc_policy_set_default(pol, x->tol[i].cls, x->tol[i].field, x->tol[i].v, err);
+        if (s) return qc_err_prefix(err, s, x->tol[i].field[0] == 'a' ? "--atol" : "--rtol");
+        char note[160];
+        snprintf(note, sizeof note, "--%s %s", x->tol[i].field, x->tol[i].text);
+        qc_policy_note(pol, note);
+    }
+    return QC_OK;
+}
+
+/* Shared option parsing of check and calibrate. Returns -1 to continue, else an exit code.
+ * x: the check-only options (NULL for calibrate). */
 static int parse_common(int argc, char **argv, const char *prog, qc_check_opts *o, int *runs,
-                        const char **out, double *factor, const char **policy_out) {
+                        const char **out, double *factor, const char **policy_out,
+                        check_cli *x) {
     qc_argp a;
     qc_err err;
     qc_err_clear(&err);
@@ -153,7 +230,8 @@ static int parse_common(int argc, char **argv, const char *prog, qc_check_opts *
             else st = qc_argp_unknown(&a, &err);
         } else if (qc_argp_is(&a, "--help") || qc_argp_is(&a, "-h")) {
             fputs(runs ? "usage: qwen-conform calibrate --golden DIR [--runs N] [--factor K] "
-                         "[--out measurements.json] [--policy-out tolerances.json]\n"
+                         "[--out measurements.json] [--policy-out tolerances.json] "
+                         "[--model DIR]\n"
                          "  measures float32 runtime vs float64 golden noise (max abs, max rel, "
                          "KL) per tensor class, backend, mode and thread count, and prints a "
                          "suggested policy (K x the measured max, rounded up to 1-2-5 steps; "
@@ -224,6 +302,19 @@ static int parse_common(int argc, char **argv, const char *prog, qc_check_opts *
             o->list = 1;
         } else if (!runs && qc_argp_is(&a, "--shard")) {
             if (!(st = qc_argp_value(&a, &v, &err))) st = parse_shard(v, &o->shard_i, &o->shard_n, &err);
+        } else if (qc_argp_is(&a, "--model")) { /* check and calibrate */
+            st = qc_argp_value(&a, &o->model_dir, &err);
+        } else if (x && qc_argp_is(&a, "--maxfail")) {
+            st = qc_argp_int(&a, 1, 1 << 30, &o->maxfail, &err);
+        } else if (x && qc_argp_is(&a, "-x")) {
+            st = qc_argp_bool(&a, &err);
+            o->maxfail = 1;
+        } else if (x && qc_argp_is(&a, "--durations")) {
+            st = qc_argp_int(&a, 0, 1 << 30, &x->durations, &err);
+        } else if (x && qc_argp_is(&a, "--rerun-failed")) {
+            st = qc_argp_value(&a, &x->rerun, &err);
+        } else if (x && (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol"))) {
+            if (!(st = qc_argp_value(&a, &v, &err))) st = parse_tol_flag(a.flag, v, x, &err);
         } else {
             st = qc_argp_unknown(&a, &err);
         }
@@ -272,16 +363,328 @@ static void opts_init(qc_check_opts *o) {
     o->faults.norm_layer = -1;
 }
 
+/* ===================================================================================== */
+/* --rerun-failed: the (stem, case, backend, mode) combinations a JSON report failed      */
+/* ===================================================================================== */
+
+/* One combination; "*" in a field matches anything (a file-level row: case "_model" or
+ * "_file", backend / mode "-"). */
+typedef struct {
+    char stem[128], case_name[64], backend[128], mode[32];
+} rerun_key;
+
+typedef struct {
+    rerun_key *k;
+    int n, cap;
+    int n_rows;               /* FAIL / ERROR rows read */
+    char tool_version[64];    /* of the report */
+} rerun_set;
+
+static int rerun_add(rerun_set *rs, const char *stem, const char *cname, const char *backend,
+                     const char *mode) {
+    rerun_key k;
+    memset(&k, 0, sizeof k); /* compared with memcmp */
+    snprintf(k.stem, sizeof k.stem, "%s", stem);
+    snprintf(k.case_name, sizeof k.case_name, "%s",
+             !strcmp(cname, "_model") || !strcmp(cname, "_file") ? "*" : cname);
+    snprintf(k.backend, sizeof k.backend, "%s", !strcmp(backend, "-") ? "*" : backend);
+    snprintf(k.mode, sizeof k.mode, "%s", !strcmp(mode, "-") ? "*" : mode);
+    for (int i = 0; i < rs->n; i++)
+        if (!memcmp(&rs->k[i], &k, sizeof k)) return 0;
+    if (rs->n == rs->cap) {
+        int nc = rs->cap ? 2 * rs->cap : 32;
+        rerun_key *nk = realloc(rs->k, (size_t)nc * sizeof *nk);
+        if (!nk) return -1;
+        rs->k = nk;
+        rs->cap = nc;
+    }
+    rs->k[rs->n++] = k;
+    return 0;
+}
+
+static int rerun_field(const char *want, const char *have) {
+    return !strcmp(want, "*") || !strcmp(want, have);
+}
+
+static int rerun_select(void *user, const char *stem, const char *cname, const char *backend,
+                        const char *mode) {
+    const rerun_set *rs = user;
+    for (int i = 0; i < rs->n; i++) {
+        const rerun_key *k = &rs->k[i];
+        if (!strcmp(k->stem, stem) && rerun_field(k->case_name, cname) &&
+            rerun_field(k->backend, backend) && rerun_field(k->mode, mode))
+            return 1;
+    }
+    return 0;
+}
+
+/* Read the FAIL / ERROR rows of an earlier `--json` report. Its schema_version must be this
+ * tool's (QC_REPORT_JSON_SCHEMA_VERSION); its tool_version may differ. A check that compares
+ * two runs brings the other run along: static_eq_dynamic (mode dynamic) also reruns static,
+ * opt_eq_ref (backend optimized) also reruns the reference backend in that mode. */
+static qc_status rerun_load(const char *path, rerun_set *rs, qc_err *err) {
+    memset(rs, 0, sizeof *rs);
+    char *text = NULL;
+    size_t len = 0;
+    qc_status s = qc_cli_read_file(path, &text, &len, err);
+    if (s) return qc_err_prefix(err, s, "--rerun-failed");
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return qc_errf(err, QC_ERR_FORMAT, "--rerun-failed: %s: not a JSON object", path);
+    }
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(root, "schema_version");
+    const cJSON *checks = cJSON_GetObjectItemCaseSensitive(root, "checks");
+    const cJSON *tv = cJSON_GetObjectItemCaseSensitive(root, "tool_version");
+    if (cJSON_IsString(tv)) snprintf(rs->tool_version, sizeof rs->tool_version, "%s", tv->valuestring);
+    s = QC_OK;
+    if (!cJSON_IsNumber(sv) || sv->valuedouble != (double)QC_REPORT_JSON_SCHEMA_VERSION) {
+        char have[64] = "none";
+        if (cJSON_IsNumber(sv)) snprintf(have, sizeof have, "%g", sv->valuedouble);
+        s = qc_errf(err, QC_ERR_FORMAT, "--rerun-failed: %s: schema_version %s; this qwen-conform "
+                    "reads check reports of schema_version %d", path, have,
+                    QC_REPORT_JSON_SCHEMA_VERSION);
+    } else if (!cJSON_IsArray(checks)) {
+        s = qc_errf(err, QC_ERR_FORMAT, "--rerun-failed: %s: not a qwen-conform check report (no "
+                    "\"checks\" array)", path);
+    }
+    int idx = 0;
+    const cJSON *c;
+    const cJSON *list = s ? NULL : checks;
+    cJSON_ArrayForEach(c, list) {
+        const char *f[5] = {"stem", "case", "backend", "mode", "verdict"};
+        const char *v[5];
+        for (int i = 0; i < 5 && !s; i++) {
+            const cJSON *it = cJSON_GetObjectItemCaseSensitive(c, f[i]);
+            if (!cJSON_IsString(it))
+                s = qc_errf(err, QC_ERR_FORMAT, "--rerun-failed: %s: checks[%d].%s: missing or "
+                            "not a string", path, idx, f[i]);
+            else
+                v[i] = it->valuestring;
+        }
+        if (s) break;
+        idx++;
+        if (strcmp(v[4], "FAIL") && strcmp(v[4], "ERROR")) continue;
+        rs->n_rows++;
+        const cJSON *ck = cJSON_GetObjectItemCaseSensitive(c, "check");
+        const char *check = cJSON_IsString(ck) ? ck->valuestring : "";
+        int bad = rerun_add(rs, v[0], v[1], v[2], v[3]);
+        if (!bad && !strcmp(check, "static_eq_dynamic")) bad = rerun_add(rs, v[0], v[1], v[2], "static");
+        if (!bad && !strcmp(check, "opt_eq_ref")) bad = rerun_add(rs, v[0], v[1], "reference", v[3]);
+        if (bad) s = qc_errf(err, QC_ERR_OOM, "--rerun-failed: out of memory");
+    }
+    cJSON_Delete(root);
+    if (s) {
+        free(rs->k);
+        memset(rs, 0, sizeof *rs);
+    }
+    return s;
+}
+
+/* ===================================================================================== */
+/* policy overrides that can never match a case x tensor of the run                      */
+/* ===================================================================================== */
+
+static int write_all(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* The tensor subjects the engine looks tolerances up for, on a golden of this config. */
+static int override_matches_golden(const qc_policy *pol, int i, const qc_golden *g,
+                                   const char *stem) {
+    static const char *const fixed[] = {"prefill/logits", "decode/logits", "prefill/hidden",
+                                        "decode/hidden"};
+    static const qc_tclass fixed_cls[] = {QC_TC_LOGITS, QC_TC_LOGITS, QC_TC_HIDDEN, QC_TC_HIDDEN};
+    for (int ci = 0; ci < g->n_cases; ci++) {
+        char case_id[256];
+        snprintf(case_id, sizeof case_id, "%s/%s", stem, g->cases[ci].name);
+        for (int t = 0; t < 4; t++)
+            if (qc_policy_override_matches(pol, i, case_id, fixed[t], fixed_cls[t])) return 1;
+        for (int w = 0; w < 2; w++)
+            for (int l = 0; l < g->cfg.n_layers; l++)
+                for (int k = QC_TC_K_CACHE; k <= QC_TC_RECURRENT_STATE; k++) {
+                    int full = k == QC_TC_K_CACHE || k == QC_TC_V_CACHE;
+                    if ((g->cfg.layer_types[l] == QC_LAYER_FULL) != full) continue;
+                    char path[96];
+                    snprintf(path, sizeof path, "%s/state/layer_%02d/%s", w ? "decode" : "prefill",
+                             l, qc_tclass_str((qc_tclass)k));
+                    if (qc_policy_override_matches(pol, i, case_id, path, (qc_tclass)k)) return 1;
+                }
+    }
+    return 0;
+}
+
+/* The goldens of a scope: every *.h5 under root, stems relative to root (as the run names
+ * them). Marks matched[i] for every override that some case x tensor matches; appends the
+ * stems to stems. Returns the goldens opened. */
+static int scope_scan(const qc_policy *pol, const char *root, unsigned char *matched,
+                      char *stems, size_t stems_len) {
+    char **paths = NULL;
+    int n = 0, opened = 0;
+    qc_err err;
+    qc_err_clear(&err);
+    if (qc_golden_find(root, &paths, &n, &err) != QC_OK) return 0;
+    for (int f = 0; f < n; f++) {
+        qc_golden *g = NULL;
+        if (qc_golden_open_lazy(paths[f], &g, &err) != QC_OK) continue;
+        opened++;
+        char stem[128];
+        ck_make_stem(paths[f], root, stem, sizeof stem);
+        size_t k = strlen(stems);
+        if (k + strlen(stem) + 3 < stems_len && !strstr(stems, stem))
+            snprintf(stems + k, stems_len - k, "%s%s", k ? ", " : "", stem);
+        for (int i = 0; i < qc_policy_n_overrides(pol); i++)
+            if (!matched[i]) matched[i] = (unsigned char)override_matches_golden(pol, i, g, stem);
+        qc_golden_free(g);
+    }
+    qc_golden_paths_free(paths, n);
+    return opened;
+}
+
+/* 1 when dir (a real path) is a strict ancestor of path (a real path). */
+static int is_ancestor(const char *dir, const char *path) {
+    size_t L = strlen(dir);
+    if (L == 1 && dir[0] == '/') return path[0] == '/' && path[1] != 0;
+    return strncmp(dir, path, L) == 0 && path[L] == '/';
+}
+
+/* Warn (res) about every override whose case and tensor selectors match no case x tensor of
+ * the goldens in scope: those under golden_root, and when the policy file's directory holds
+ * golden_root (a policy shared by sibling goldens, as fixtures/tolerances.json is), every
+ * golden under that directory too. The goldens are read in a child process: a corrupt one
+ * (which can crash libhdf5) leaves the warnings out, the run reports the file itself. */
+static void policy_scope_warnings(const qc_policy *pol, const char *golden_root,
+                                  qc_results *res) {
+    int n_ov = qc_policy_n_overrides(pol);
+    if (n_ov <= 0 || !golden_root) return;
+    char scope2[PATH_MAX] = "";
+    const char *src = qc_policy_source(pol);
+    if (strcmp(src, "built-in") != 0) {
+        char d[PATH_MAX], rd[PATH_MAX], rg[PATH_MAX];
+        qc_cli_dirname(src, d, sizeof d);
+        if (realpath(d, rd) && realpath(golden_root, rg) && is_ancestor(rd, rg))
+            snprintf(scope2, sizeof scope2, "%s", d);
+    }
+    unsigned char *matched = calloc((size_t)n_ov, 1);
+    if (!matched) return;
+    int pfd[2];
+    if (pipe(pfd) != 0) {
+        free(matched);
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(pfd[0]);
+        close(pfd[1]);
+        free(matched);
+        return;
+    }
+    if (pid == 0) {
+        close(pfd[0]);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn >= 0) dup2(dn, 2); /* the golden finder's notes were printed by the run */
+        static char stems[4096];
+        int opened = scope_scan(pol, golden_root, matched, stems, sizeof stems);
+        if (scope2[0]) opened += scope_scan(pol, scope2, matched, stems, sizeof stems);
+        int32_t hdr[2] = {opened, (int32_t)strlen(stems)};
+        int bad = write_all(pfd[1], hdr, sizeof hdr) || write_all(pfd[1], matched, (size_t)n_ov) ||
+                  write_all(pfd[1], stems, (size_t)hdr[1]);
+        free(matched);
+        _exit(bad ? 1 : 0);
+    }
+    close(pfd[1]);
+    static char stems[4096];
+    int32_t hdr[2] = {0, 0};
+    size_t want = sizeof hdr, got = 0;
+    char *buf = (char *)hdr;
+    int ok = 1;
+    for (int part = 0; part < 3 && ok; part++) {
+        if (part == 1) buf = (char *)matched, want = (size_t)n_ov, got = 0;
+        if (part == 2) {
+            if (hdr[1] < 0 || hdr[1] >= (int32_t)sizeof stems) { ok = 0; break; }
+            buf = stems, want = (size_t)hdr[1], got = 0;
+        }
+        while (got < want) {
+            ssize_t k = read(pfd[0], buf + got, want - got);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) { ok = 0; break; }
+            got += (size_t)k;
+        }
+    }
+    close(pfd[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    if (ok && WIFEXITED(st) && WEXITSTATUS(st) == 0 && hdr[0] > 0) {
+        stems[hdr[1]] = 0;
+        for (int i = 0; i < n_ov; i++) {
+            if (matched[i]) continue;
+            char d[700];
+            qc_policy_override_describe(pol, i, d, sizeof d);
+            qc_results_warn(res, "policy %s: %s can never match: no case x tensor of the %d "
+                            "golden file%s in scope (%s%s%s) matches its case / tensor selectors "
+                            "(a typo?)", src, d, hdr[0], hdr[0] == 1 ? "" : "s", stems,
+                            scope2[0] ? "; scope widened to the policy's directory " : "",
+                            scope2);
+        }
+    }
+    free(matched);
+}
+
 static void opts_free(qc_check_opts *o) {
     if (o->has_filter) regfree(&o->filter);
     o->has_filter = 0;
+}
+
+/* --model DIR: a directory with a config.json (checked before any work). */
+static qc_status check_model_dir(const qc_check_opts *o, qc_err *err) {
+    if (!o->model_dir) return QC_OK;
+    struct stat sb;
+    char cfgp[2100];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", o->model_dir);
+    if (stat(o->model_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return qc_errf(err, QC_ERR_IO, "--model %s: not a directory", o->model_dir);
+    if (stat(cfgp, &sb) != 0)
+        return qc_errf(err, QC_ERR_IO, "--model %s: no config.json there (a Hugging Face model "
+                       "directory: config.json + *.safetensors)", o->model_dir);
+    return QC_OK;
+}
+
+/* Write the --json / --junit reports; a report that cannot be written makes the exit code 2. */
+static int write_reports(const char *prog, const qc_check_opts *o, qc_results *res, int rc) {
+    qc_err err;
+    qc_err_clear(&err);
+    if (o->json_path && qc_report_json_write(o->json_path, res, &err)) {
+        fprintf(stderr, "%s: %s (exit %d)\n", prog, err.msg, QC_EXIT_ERROR);
+        rc = qc_exit_precedence(rc, QC_EXIT_ERROR);
+    }
+    qc_err_clear(&err);
+    if (o->junit_path && qc_report_junit_write(o->junit_path, res, &err)) {
+        fprintf(stderr, "%s: %s (exit %d)\n", prog, err.msg, QC_EXIT_ERROR);
+        rc = qc_exit_precedence(rc, QC_EXIT_ERROR);
+    }
+    return rc;
 }
 
 int qc_cmd_check(int argc, char **argv) {
     const char *prog = "qwen-conform check";
     qc_check_opts o;
     opts_init(&o);
-    int rc = parse_common(argc, argv, prog, &o, NULL, NULL, NULL, NULL);
+    check_cli x;
+    check_cli_init(&x);
+    int rc = parse_common(argc, argv, prog, &o, NULL, NULL, NULL, NULL, &x);
     if (rc >= 0) {
         if (rc == QC_EXIT_PASS) fputs(qc_outpath_help, stdout); /* after --help */
         opts_free(&o);
@@ -289,54 +692,165 @@ int qc_cmd_check(int argc, char **argv) {
     }
     qc_err err;
     qc_err_clear(&err);
-    /* a runtime under test that cannot be used is a usage error before any work */
-    if ((o.backends & QC_BACKEND_EXT) && qc_registry_preflight(&o.ext, &err)) {
-        opts_free(&o);
-        return qc_cli_fail(prog, &err);
-    }
     qc_policy *pol = NULL;
-    if (load_policy(&o, &pol, &err)) {
-        opts_free(&o);
-        return qc_cli_fail(prog, &err);
+    rerun_set rs;
+    memset(&rs, 0, sizeof rs);
+    /* usage errors before any work: the runtime under test, the policy, --model, the report
+     * to rerun */
+    if ((o.backends & QC_BACKEND_EXT) && qc_registry_preflight(&o.ext, &err)) goto fail;
+    if (load_policy(&o, &pol, &err) || apply_tol_flags(&x, pol, &err)) goto fail;
+    if (check_model_dir(&o, &err)) goto fail;
+    if (x.rerun) {
+        if (rerun_load(x.rerun, &rs, &err)) goto fail;
+        if (rs.n == 0) {
+            fprintf(stderr, "%s: --rerun-failed %s: no check FAILED or ERRORED in that report: "
+                    "nothing to rerun (exit %d)\n", prog, x.rerun, QC_EXIT_NOTHING);
+            qc_policy_free(pol);
+            opts_free(&o);
+            return QC_EXIT_NOTHING;
+        }
+        o.select = rerun_select;
+        o.select_user = &rs;
     }
     /* before any work: every output valid, none an input (a golden, a golden's model file,
-     * the policy) or another output; --dump-actual not where goldens are read (qc_outpath) */
+     * the policy, --model's files, the report to rerun) or another output; --dump-actual not
+     * where goldens are read (qc_outpath) */
     qc_outpath_reset();
     qc_outpath_add_goldens(o.golden, 1);
     if (strcmp(qc_policy_source(pol), "built-in") != 0)
         qc_outpath_add_input(qc_policy_source(pol), o.policy_path ? "--policy" : "policy");
+    if (o.model_dir) qc_outpath_add_model_dir(o.model_dir, "--model");
+    if (x.rerun) qc_outpath_add_input(x.rerun, "--rerun-failed");
     qc_outpath_add_output(o.json_path, "--json", QC_OUT_TEXT);
     qc_outpath_add_output(o.junit_path, "--junit", QC_OUT_TEXT);
     qc_outpath_add_dump_dir(o.dump_dir, "--dump-actual");
-    if (qc_outpath_verify(&err)) {
-        qc_policy_free(pol);
-        opts_free(&o);
-        return qc_cli_fail(prog, &err);
-    }
+    if (qc_outpath_verify(&err)) goto fail;
     qc_results res;
     qc_results_init(&res);
     qc_results_fill_provenance(&res);
     snprintf(res.tool_version, sizeof res.tool_version, "%s (%s)", QC_VERSION, QC_GIT_COMMIT);
-    snprintf(res.policy, sizeof res.policy, "%s", qc_policy_source(pol));
+    snprintf(res.policy, sizeof res.policy, "%s", qc_policy_describe(pol));
     if (!o.quiet && !o.list)
         fprintf(stderr, "qwen-conform %s: policy %s\n", res.tool_version, res.policy);
+    if (x.rerun && !o.list)
+        fprintf(stderr, "qwen-conform: --rerun-failed %s: %d failing check%s (report of "
+                "qwen-conform %s) -> %d <stem>/<case>/<backend>/<mode> selection%s\n", x.rerun,
+                rs.n_rows, rs.n_rows == 1 ? "" : "s", rs.tool_version[0] ? rs.tool_version : "?",
+                rs.n, rs.n == 1 ? "" : "s");
+    if (!o.list) {
+        policy_scope_warnings(pol, o.golden, &res);
+        qc_report_console_warnings(stderr, &res, "qwen-conform");
+    }
     rc = qc_check_run(&o, pol, &res);
     if (!o.list) {
+        res.exit_code = rc;
+        res.stopped_early = o.stopped;
+        res.maxfail = o.maxfail;
+        if (rc == QC_EXIT_NOTHING && x.rerun)
+            fprintf(stderr, "qwen-conform: --rerun-failed %s: none of its combinations is among "
+                    "the goldens of this run (--golden %s)\n", x.rerun, o.golden);
         if (res.n > 0) qc_report_console_failures(stdout, &res);
+        if (x.durations >= 0) qc_report_console_durations(stdout, &res, x.durations);
         if (res.n > 0 || rc != QC_EXIT_NOTHING) qc_report_console_summary(stdout, &res);
-        if (o.json_path && qc_report_json_write(o.json_path, &res, &err)) {
-            fprintf(stderr, "%s: %s\n", prog, err.msg);
-            rc = QC_EXIT_ERROR;
-        }
-        if (o.junit_path && qc_report_junit_write(o.junit_path, &res, &err)) {
-            fprintf(stderr, "%s: %s\n", prog, err.msg);
-            rc = QC_EXIT_ERROR;
-        }
+        rc = write_reports(prog, &o, &res, qc_results_exit_code(&res));
     }
     qc_results_free(&res);
+    free(rs.k);
     qc_policy_free(pol);
     opts_free(&o);
     return rc;
+fail:
+    free(rs.k);
+    qc_policy_free(pol);
+    opts_free(&o);
+    return qc_cli_fail(prog, &err);
+}
+
+/* ===================================================================================== */
+/* command line: qwen-conform policy --print                                             */
+/* ===================================================================================== */
+
+static const char policy_usage[] =
+    "usage: qwen-conform policy --print [--policy F.json] [--golden DIR|FILE]\n"
+    "                                   [--atol CLASS=V] [--rtol CLASS=V]\n"
+    "  Prints the effective tolerance policy as JSON (loadable again with --policy): the file\n"
+    "  merged over the built-in defaults, with --atol / --rtol applied, every class default in\n"
+    "  full, the effective tie_margin, the backend sections and the overrides.\n"
+    "  --policy F.json  the policy file (default: the one check would use for --golden:\n"
+    "                   tolerances.json beside the goldens, DIR/ or its parent; else built-in)\n"
+    "  --golden DIR     where check would look for tolerances.json; also warns (stderr) about\n"
+    "                   overrides that can never match a case x tensor of those goldens\n"
+    "  --atol / --rtol CLASS=V   as for check\n"
+    "exit: 0 printed, 2 usage / I/O / format error\n";
+
+int qc_cmd_policy(int argc, char **argv) {
+    const char *prog = "qwen-conform policy";
+    qc_check_opts o;
+    opts_init(&o);
+    check_cli x;
+    check_cli_init(&x);
+    int print = 0;
+    qc_argp a;
+    qc_err err;
+    qc_err_clear(&err);
+    qc_argp_init(&a, prog, argc, argv);
+    qc_status st = QC_OK;
+    while (!st && qc_argp_next(&a)) {
+        const char *v = NULL;
+        if (a.positional) {
+            st = qc_argp_unknown(&a, &err);
+        } else if (qc_argp_is(&a, "--help") || qc_argp_is(&a, "-h")) {
+            fputs(policy_usage, stdout);
+            return QC_EXIT_PASS;
+        } else if (qc_argp_is(&a, "--print")) {
+            st = qc_argp_bool(&a, &err);
+            print = 1;
+        } else if (qc_argp_is(&a, "--policy")) {
+            st = qc_argp_value(&a, &o.policy_path, &err);
+        } else if (qc_argp_is(&a, "--golden")) {
+            st = qc_argp_value(&a, &o.golden, &err);
+        } else if (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol")) {
+            if (!(st = qc_argp_value(&a, &v, &err))) st = parse_tol_flag(a.flag, v, &x, &err);
+        } else {
+            st = qc_argp_unknown(&a, &err);
+        }
+    }
+    if (!st && !print) st = qc_errf(&err, QC_ERR_ARG, "nothing to do: --print (see --help)");
+    if (st) {
+        int rc = qc_cli_fail(prog, &err);
+        fputs(policy_usage, stderr);
+        return rc;
+    }
+    qc_policy *pol = NULL;
+    if (o.golden)
+        st = load_policy(&o, &pol, &err);
+    else if (o.policy_path)
+        st = qc_policy_load(o.policy_path, &pol, &err);
+    else
+        st = qc_policy_builtin(&pol, &err);
+    if (!st) st = apply_tol_flags(&x, pol, &err);
+    if (st) {
+        qc_policy_free(pol);
+        return qc_cli_fail(prog, &err);
+    }
+    char *text = qc_policy_to_json(pol);
+    if (!text) {
+        qc_policy_free(pol);
+        qc_errf(&err, QC_ERR_OOM, "out of memory");
+        return qc_cli_fail(prog, &err);
+    }
+    printf("%s\n", text);
+    fflush(stdout);
+    cJSON_free(text);
+    if (o.golden) {
+        qc_results res;
+        qc_results_init(&res);
+        policy_scope_warnings(pol, o.golden, &res);
+        qc_report_console_warnings(stderr, &res, "qwen-conform");
+        qc_results_free(&res);
+    }
+    qc_policy_free(pol);
+    return QC_EXIT_PASS;
 }
 
 /* ===================================================================================== */
@@ -394,7 +908,7 @@ static const char diff_usage[] =
     "  --policy F.json   tolerance policy (default: tolerances.json beside GOLDEN.h5 or its\n"
     "                    parent directory, else built-in)\n"
     "  --label NAME      the name of the runtime in reports (default \"actual\")\n"
-    "  --json F  --junit F  --quiet   as for check\n"
+    "  --json F  --junit F  --quiet  --atol / --rtol CLASS=V  --durations N   as for check\n"
     "  Cases are matched by name; a golden case absent from ACTUAL.h5 is reported as skipped.\n"
     "exit: 0 all passed, 1 a conformance failure, 2 usage / I/O / format error (incl. a case\n"
     "      run on other inputs than the golden's), 3 no case in common\n";
@@ -407,6 +921,8 @@ int qc_cmd_diff(int argc, char **argv) {
     opts_init(&o);
     const char *files[2] = {NULL, NULL}, *label = "actual";
     int nfiles = 0;
+    check_cli x;
+    check_cli_init(&x);
     qc_argp a;
     qc_argp_init(&a, prog, argc, argv);
     qc_status st = QC_OK;
@@ -422,7 +938,12 @@ int qc_cmd_diff(int argc, char **argv) {
         else if (qc_argp_is(&a, "--label")) st = qc_argp_value(&a, &label, &err);
         else if (qc_argp_is(&a, "--json")) st = qc_argp_value(&a, &o.json_path, &err);
         else if (qc_argp_is(&a, "--junit")) st = qc_argp_value(&a, &o.junit_path, &err);
-        else if (qc_argp_is(&a, "--quiet") || qc_argp_is(&a, "-q")) {
+        else if (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol")) {
+            const char *v = NULL;
+            if (!(st = qc_argp_value(&a, &v, &err))) st = parse_tol_flag(a.flag, v, &x, &err);
+        } else if (qc_argp_is(&a, "--durations")) {
+            st = qc_argp_int(&a, 0, 1 << 30, &x.durations, &err);
+        } else if (qc_argp_is(&a, "--quiet") || qc_argp_is(&a, "-q")) {
             st = qc_argp_bool(&a, &err);
             o.quiet = 1;
         } else st = qc_argp_unknown(&a, &err);
@@ -436,7 +957,10 @@ int qc_cmd_diff(int argc, char **argv) {
     }
     o.golden = files[0];
     qc_policy *pol = NULL;
-    if (load_policy(&o, &pol, &err)) return qc_cli_fail(prog, &err);
+    if (load_policy(&o, &pol, &err) || apply_tol_flags(&x, pol, &err)) {
+        qc_policy_free(pol);
+        return qc_cli_fail(prog, &err);
+    }
     /* before any work: every output valid, none an input (the two files, the policy) or
      * another output (qc_outpath) */
     qc_outpath_reset();
@@ -467,7 +991,9 @@ int qc_cmd_diff(int argc, char **argv) {
     qc_results_init(&res);
     qc_results_fill_provenance(&res);
     snprintf(res.tool_version, sizeof res.tool_version, "%s (%s)", QC_VERSION, QC_GIT_COMMIT);
-    snprintf(res.policy, sizeof res.policy, "%s", qc_policy_source(pol));
+    snprintf(res.policy, sizeof res.policy, "%s", qc_policy_describe(pol));
+    policy_scope_warnings(pol, files[0], &res);
+    qc_report_console_warnings(stderr, &res, "qwen-conform");
     ctx c;
     memset(&c, 0, sizeof c);
     c.o = &o;
@@ -496,18 +1022,12 @@ int qc_cmd_diff(int argc, char **argv) {
         diff_case(&c, label, gc, ac);
     }
     res.seconds = ck_wall() - t0;
+    /* no case in common is "nothing checked" even when skipped rows passed */
+    res.exit_code = common == 0 ? QC_EXIT_NOTHING : -1;
     qc_report_console_failures(stdout, &res);
+    if (x.durations >= 0) qc_report_console_durations(stdout, &res, x.durations);
     qc_report_console_summary(stdout, &res);
-    if (o.json_path && qc_report_json_write(o.json_path, &res, &err)) {
-        fprintf(stderr, "%s: %s\n", prog, err.msg);
-        res.n_error++;
-    }
-    if (o.junit_path && qc_report_junit_write(o.junit_path, &res, &err)) {
-        fprintf(stderr, "%s: %s\n", prog, err.msg);
-        res.n_error++;
-    }
-    rc = res.n_error ? QC_EXIT_ERROR : res.n_fail ? QC_EXIT_FAIL
-         : common == 0 ? QC_EXIT_NOTHING : QC_EXIT_PASS;
+    rc = write_reports(prog, &o, &res, qc_results_exit_code(&res));
     qc_results_free(&res);
 out:
     qc_golden_free(act);
@@ -539,7 +1059,7 @@ int qc_cmd_calibrate(int argc, char **argv) {
     int runs = 1;
     const char *out = NULL, *policy_out = NULL;
     double factor = 4.0;
-    int rc = parse_common(argc, argv, prog, &o, &runs, &out, &factor, &policy_out);
+    int rc = parse_common(argc, argv, prog, &o, &runs, &out, &factor, &policy_out, NULL);
     if (rc >= 0) {
         if (rc == QC_EXIT_PASS) fputs(qc_outpath_help, stdout); /* after --help */
         opts_free(&o);
@@ -549,8 +1069,13 @@ int qc_cmd_calibrate(int argc, char **argv) {
     qc_err_clear(&err);
     /* before any work: both outputs valid, neither an input (a golden, a golden's model file)
      * nor the other output (qc_outpath) */
+    if (check_model_dir(&o, &err)) {
+        opts_free(&o);
+        return qc_cli_fail(prog, &err);
+    }
     qc_outpath_reset();
     qc_outpath_add_goldens(o.golden, 1);
+    if (o.model_dir) qc_outpath_add_model_dir(o.model_dir, "--model");
     qc_outpath_add_output(out, "--out", QC_OUT_TEXT);
     qc_outpath_add_output(policy_out, "--policy-out", QC_OUT_TEXT);
     if (qc_outpath_verify(&err)) {

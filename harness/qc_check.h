@@ -51,6 +51,16 @@ typedef struct {
     int shard_i, shard_n;     /* --shard i/n (1-based i); n = 0: no sharding */
     int threads;              /* optimized backend threads for the main runs (default 2) */
     qc_check_faults faults;   /* test-only */
+    const char *model_dir;    /* --model DIR: the model every golden is checked against (NULL:
+                                 each golden's model_path) */
+    int maxfail;              /* --maxfail N / -x: stop once N rows FAILED or ERRORED (0: never);
+                                 the run in progress finishes with all its checks */
+    int stopped;              /* set by the engine when it stopped with work left (--maxfail) */
+    /* an extra selection of (stem, case, backend, mode), ANDed with --filter (--rerun-failed);
+     * NULL: everything */
+    int (*select)(void *user, const char *stem, const char *case_name, const char *backend,
+                  const char *mode);
+    void *select_user;
     /* calibration */
     int calibrate;            /* 1: collect noise measurements */
     void *calib;              /* calibration sink (qc_check.c private) */

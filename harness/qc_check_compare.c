@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* ===================================================================================== */
@@ -48,6 +49,23 @@ double ck_wall(void) {
 /* engine context                                                                        */
 /* ===================================================================================== */
 
+
+int ck_stop_now(ctx *c) {
+    if (c->o->maxfail <= 0 || c->res->n_fail + c->res->n_error < c->o->maxfail) return 0;
+    c->o->stopped = 1;
+    return 1;
+}
+
+char *ck_model_hint(const ctx *c, const qc_golden *g, const char *msg) {
+    char cfg[2100];
+    struct stat sb;
+    snprintf(cfg, sizeof cfg, "%s/config.json", g->model_dir);
+    if (c->o->model_dir || stat(cfg, &sb) == 0) return NULL;
+    return qc_strdup_printf("%s\nThe golden's model_path \"%s\" resolves to %s, which holds no "
+                            "config.json (a golden copied away from its model?): pass --model DIR "
+                            "to check it against the model in DIR", msg, g->model_path,
+                            g->model_dir);
+}
 
 int ck_slot_of(const ctx *c, const char *name) {
     for (int i = 0; i < QC_CK_SLOTS; i++)

@@ -226,6 +226,9 @@ done:
 
 static int mode_selected(ctx *c, const char *case_name, const char *backend, qc_mode m) {
     if (!(c->o->modes & (1 << m))) return 0;
+    if (c->o->select && !c->o->select(c->o->select_user, c->stem, case_name, backend,
+                                      qc_mode_str(m)))
+        return 0; /* --rerun-failed */
     if (!c->o->has_filter) return 1;
     char id[512];
     snprintf(id, sizeof id, "%s/%s/%s/%s", c->stem, case_name, backend, qc_mode_str(m));
@@ -504,7 +507,7 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
         if (!be) continue;
         const char *bname = c->slot_name[bi];
         for (int mi = 0; mi < N_MODES; mi++)
-            if (mode_selected(c, gc->name, bname, (qc_mode)mi))
+            if (mode_selected(c, gc->name, bname, (qc_mode)mi) && !ck_stop_now(c))
                 check_mode(c, bs, bi, gc, (qc_mode)mi, cr);
         /* static == dynamic */
         if (cr->have[bi][QC_MODE_STATIC] && cr->have[bi][QC_MODE_DYNAMIC])
@@ -708,7 +711,9 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
     c->stem = stem;
     c->g = NULL;
     c->t_row = ck_wall();
-    if (qc_golden_open(path, &g, &err) != QC_OK) {
+    /* metadata only (every shape validated, no tensor read): --list and --shard touch no
+     * tensor data; a case's tensors are loaded when it runs and freed after */
+    if (qc_golden_open_lazy(path, &g, &err) != QC_OK) {
         qc_check_row r;
         ck_row_init(&r, stem, "_file", "-", "-", "open");
         r.verdict = QC_VERDICT_ERROR;
@@ -722,6 +727,7 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
     }
     c->g = g;
     c->cfg = &g->cfg;
+    if (c->o->model_dir) snprintf(g->model_dir, sizeof g->model_dir, "%s", c->o->model_dir);
     /* select cases */
     int *sel = calloc((size_t)(g->n_cases > 0 ? g->n_cases : 1), sizeof *sel);
     int n_sel = 0;
@@ -752,20 +758,29 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
     /* model */
     qc_model *model = NULL;
     if (qc_model_load(g->model_dir, &model, &err) != QC_OK) {
-        ck_emit_simple(c, "_model", "-", "-", "load", QC_VERDICT_ERROR, err.msg, NULL);
+        ck_emit_simple(c, "_model", "-", "-", "load", QC_VERDICT_ERROR, err.msg,
+                       ck_model_hint(c, g, err.msg));
         free(sel);
         qc_golden_free(g);
         c->g = NULL;
         return;
     }
-    /* memory plan: refuse cleanly before the backends, states and captures are allocated */
+    /* memory plan: refuse cleanly before the backends, states and captures are allocated;
+     * the golden's part is its metadata plus the tensors of the largest selected case (one
+     * case is loaded at a time) */
     {
         int ctx = 1;
+        uint64_t golden_bytes = 0;
         for (int i = 0; i < g->n_cases; i++) {
             const qc_golden_case *gc = &g->cases[i];
             int need = gc->start_pos + gc->n_tokens + gc->n_decode;
             if (sel[i] && need > ctx) ctx = need;
+            size_t cb = sel[i] ? qc_golden_case_bytes(&g->cfg, &g->meta[i]) : 0;
+            if (cb > golden_bytes) golden_bytes = cb;
         }
+        uint64_t golden_meta = (uint64_t)g->n_cases * (sizeof *g->cases + sizeof *g->meta + 1);
+        golden_bytes = golden_bytes > UINT64_MAX - golden_meta ? UINT64_MAX
+                                                               : golden_bytes + golden_meta;
         qc_memplan_req rq;
         qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, ctx, ctx);
         qc_registry_memplan("all", &rq, NULL); /* both built-ins at once */
@@ -774,7 +789,22 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
         rq.n_logit_rows = 2 * ctx;
         rq.n_hidden_tokens = ctx;
         rq.n_state_copies = 4;
-        if (qc_memplan_enforce(&rq, c->o->max_memory, path, NULL, &err) != QC_OK) {
+        qc_memplan plan;
+        uint64_t limit = 0;
+        qc_status ms = qc_memplan_estimate(&rq, &plan, &err);
+        if (!ms) ms = qc_memplan_limit(c->o->max_memory, &limit, &err);
+        if (!ms) {
+            uint64_t total = plan.total > UINT64_MAX - golden_bytes ? UINT64_MAX
+                                                                   : plan.total + golden_bytes;
+            if ((ms = qc_memplan_check(total, limit, path, &err)) != QC_OK) {
+                char line[256];
+                size_t used = strlen(err.msg);
+                snprintf(err.msg + used, sizeof err.msg - used, ": golden %.2f GiB (metadata + "
+                         "the largest selected case) + %s", qc_memplan_gib(golden_bytes),
+                         qc_memplan_str(&plan, line, sizeof line));
+            }
+        }
+        if (ms != QC_OK) {
             ck_emit_simple(c, "_model", "-", "-", "memory", QC_VERDICT_ERROR, err.msg, NULL);
             qc_model_free(model);
             free(sel);
@@ -886,10 +916,22 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
     int done = 0;
     for (int i = 0; i < g->n_cases; i++) {
         if (!sel[i]) continue;
+        if (ck_stop_now(c)) break; /* --maxfail */
         const qc_golden_case *gc = &g->cases[i];
         double t0 = ck_wall();
+        qc_err_clear(&err);
+        if (qc_golden_load_case(g, i, &err) != QC_OK) {
+            /* this case is an ERROR row naming the file and dataset; the others still run */
+            ck_emit_simple(c, gc->name, "-", "-", "load", QC_VERDICT_ERROR, err.msg, NULL);
+            fprintf(stderr, "qwen-conform: %s\n", err.msg);
+            done++;
+            continue;
+        }
         case_runs *cr = calloc(1, sizeof *cr);
-        if (!cr) break;
+        if (!cr) {
+            qc_golden_unload_case(g, i);
+            break;
+        }
         check_case(c, &bs, gc, cr);
         for (int bi = 0; bi < QC_CK_SLOTS; bi++)
             for (int m = 0; m < N_MODES; m++) {
@@ -900,6 +942,7 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
                     qc_case_free(&g->cfg, &cr->act[bi][m]);
             }
         free(cr);
+        qc_golden_unload_case(g, i);
         done++;
         if (!c->o->quiet)
             fprintf(stderr, "[%s] case %s done (%d/%d, %.2f s)\n", stem, gc->name, done, n_sel,
@@ -965,6 +1008,7 @@ int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
     if (!o->list && !o->calibrate) qc_report_console_header(stdout);
     long counter = 0;
     for (int i = 0; i < n; i++) {
+        if (!o->list && ck_stop_now(&c)) break; /* --maxfail */
         if (!o->quiet && !o->list) fprintf(stderr, "[file %d/%d] %s\n", i + 1, n, paths[i]);
         check_file(&c, paths[i], &counter);
     }

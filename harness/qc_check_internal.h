@@ -116,6 +116,12 @@ typedef struct {
 
 /* ---- qc_check_compare.c ---- */
 double ck_wall(void);
+/* --maxfail: 1 when N rows have FAILED or ERRORED; the caller, about to start more work,
+ * stops (and c->o->stopped records that work was left). */
+int ck_stop_now(ctx *c);
+/* The detail of a failed model load: msg, and when the golden's model directory has no
+ * config.json (a golden copied away from its model) a hint at --model. malloc'd or NULL. */
+char *ck_model_hint(const ctx *c, const qc_golden *g, const char *msg);
 /* The slot of a backend name in c (0 when unknown). */
 int ck_slot_of(const ctx *c, const char *name);
 /* Add a row to the results and stream it to the console. */

@@ -20,6 +20,7 @@ int qc_cmd_record(int argc, char **argv);    /* qwen-conform record --model DIR 
 int qc_cmd_inspect(int argc, char **argv);   /* qwen-conform inspect F.h5 */
 int qc_cmd_diff(int argc, char **argv);      /* qwen-conform diff GOLDEN.h5 ACTUAL.h5 */
 int qc_cmd_calibrate(int argc, char **argv); /* qwen-conform calibrate --golden DIR */
+int qc_cmd_policy(int argc, char **argv);    /* qwen-conform policy --print [--policy F] */
 int qc_cmd_bench(int argc, char **argv);     /* qwen-conform bench --synthetic 0.8b ... */
 int qc_cmd_adapter_serve(int argc, char **argv); /* qwen-conform adapter-serve PLUGIN.so[,k=v] */
 

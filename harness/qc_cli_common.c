@@ -1,6 +1,7 @@
 /* qc_cli_common.c — argv walker, profile flags, token lists, atomic writes, exit codes. */
 #include "qc_cli_common.h"
 #include "qc_outpath.h"
+#include "qc/qc_file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -143,14 +144,19 @@ qc_status qc_cli_profile_finish(const qc_cli_profile *pf, qc_profile *out, int *
     if (pf->profile_path) {
         char *text = NULL;
         size_t len = 0;
-        qc_status st = qc_cli_read_file(pf->profile_path, &text, &len, err);
+        /* regular files only (a FIFO is refused, not waited on), at most 64 KiB */
+        qc_status st = qc_read_small_file(pf->profile_path, QC_PROFILE_MAX_BYTES, &text, &len,
+                                          err);
         if (st) return st;
         st = qc_profile_parse(text, len, pf->profile_path, &p, err);
         if (st == QC_OK) {
             /* qc_profile_parse defaults max_context_len to max_seq_len; we need to know whether
-             * the file fixed it, so that --max-seq-len can move an implicit one. */
+             * the file fixed it (either spelling), so that --max-seq-len can move an implicit
+             * one. */
             cJSON *root = cJSON_ParseWithLength(text, len);
-            if (root && cJSON_GetObjectItemCaseSensitive(root, "max_context_len")) ctx_given = 1;
+            if (root && (cJSON_GetObjectItemCaseSensitive(root, "max_context_len") ||
+                         cJSON_GetObjectItemCaseSensitive(root, "get_max_context_len")))
+                ctx_given = 1;
             cJSON_Delete(root);
         }
         free(text);
@@ -186,56 +192,142 @@ const char *qc_cli_profile_str(const qc_profile *p, char *buf, size_t n) {
 /* token lists                                                                           */
 /* ===================================================================================== */
 
-qc_status qc_cli_parse_tokens(const char *text, const char *what, int32_t **out, int *n,
-                              qc_err *err) {
+/* An item for messages: at most 24 printable ASCII characters, others as '?'. */
+static const char *clean_item(const char *s, size_t len, char *buf, size_t n) {
+    size_t o = 0, i = 0;
+    for (; i < len && o + 4 < n && i < 24; i++)
+        buf[o++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+    if (i < len) buf[o++] = '.', buf[o++] = '.', buf[o++] = '.';
+    buf[o] = '\0';
+    return buf;
+}
+
+static int all_digits(const char *s, size_t len, int hex) {
+    if (len == 0) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!(hex ? isxdigit((unsigned char)s[i]) : isdigit((unsigned char)s[i]))) return 0;
+    return 1;
+}
+
+/* One item (a maximal run of characters other than whitespace and ','): plain decimal digits
+ * whose value is in [0, INT32_MAX]. `where` is "" or " (line L)". */
+static qc_status parse_item(const char *s, size_t len, const char *what, int item_no,
+                            const char *where, int32_t *out, qc_err *err) {
+    char b[40];
+    if (all_digits(s, len, 0)) {
+        int64_t v = 0;
+        for (size_t i = 0; i < len; i++) {
+            v = v * 10 + (s[i] - '0');
+            if (v > INT32_MAX)
+                return qc_errf(err, QC_ERR_RANGE, "%s: item %d: token id %s outside [0, %d]%s",
+                               what, item_no, clean_item(s, len, b, sizeof b), INT32_MAX, where);
+        }
+        *out = (int32_t)v;
+        return QC_OK;
+    }
+    if ((s[0] == '+' || s[0] == '-') && all_digits(s + 1, len - 1, 0)) {
+        int zero = 1;
+        for (size_t i = 1; i < len; i++) zero &= s[i] == '0';
+        if (s[0] == '-' && !zero)
+            return qc_errf(err, QC_ERR_RANGE,
+                           "%s: item %d: token id %s outside [0, %d] (negative)%s", what, item_no,
+                           clean_item(s, len, b, sizeof b), INT32_MAX, where);
+        return qc_errf(err, QC_ERR_ARG,
+                       "%s: item %d: '%s' has a sign (token ids are plain decimal digits)%s", what,
+                       item_no, clean_item(s, len, b, sizeof b), where);
+    }
+    if (len > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && all_digits(s + 2, len - 2, 1))
+        return qc_errf(err, QC_ERR_ARG,
+                       "%s: item %d: '%s' is hexadecimal (token ids are decimal)%s", what, item_no,
+                       clean_item(s, len, b, sizeof b), where);
+    return qc_errf(err, QC_ERR_ARG, "%s: item %d: '%s' is not an integer%s", what, item_no,
+                   clean_item(s, len, b, sizeof b), where);
+}
+
+/* The list grammar (qc_cli_common.h): items separated by one comma (whitespace, newlines
+ * included, allowed around it) or by whitespace alone; leading / trailing whitespace is
+ * ignored; an empty item (a leading or trailing comma, two commas with nothing or only
+ * whitespace between them) is an error. with_lines: messages carry " (line L)". */
+static qc_status parse_list(const char *text, const char *what, int with_lines, int32_t **out,
+                            int *n, qc_err *err) {
     *out = NULL;
     *n = 0;
-    int cap = 0, count = 0;
+    int cap = 0, count = 0, line = 1;
     int32_t *ids = NULL;
     const char *p = text;
-    for (;;) {
-        while (*p && (isspace((unsigned char)*p) || *p == ',')) p++;
-        if (!*p) break;
+    char where[40] = "";
+    qc_status st = QC_OK;
+#define SET_WHERE(l) (with_lines ? (void)snprintf(where, sizeof where, " (line %d)", (l)) : (void)0)
+#define SKIP_WS(any)                                                                       \
+    do {                                                                                   \
+        (any) = 0;                                                                         \
+        while (*p && isspace((unsigned char)*p)) line += *p++ == '\n', (any) = 1;          \
+    } while (0)
+    int ws;
+    SKIP_WS(ws);
+    if (*p == ',') {
+        SET_WHERE(line);
+        st = qc_errf(err, QC_ERR_ARG, "%s: item 1 is empty: a leading comma%s", what, where);
+        goto fail;
+    }
+    while (*p) {
+        /* at the first character of an item */
         const char *start = p;
+        int item_line = line;
         while (*p && !isspace((unsigned char)*p) && *p != ',') p++;
         size_t len = (size_t)(p - start);
-        char item[32];
         int item_no = count + 1;
-        if (len >= sizeof item) {
-            free(ids);
-            return qc_errf(err, QC_ERR_ARG, "%s: item %d: '%.20s...' is not a token id", what,
-                           item_no, start);
+        if (count >= QC_CLI_MAX_TOKENS) {
+            st = qc_errf(err, QC_ERR_RANGE, "%s: more than %d token ids", what, QC_CLI_MAX_TOKENS);
+            goto fail;
         }
-        memcpy(item, start, len);
-        item[len] = '\0';
-        char *end = NULL;
-        errno = 0;
-        long long v = strtoll(item, &end, 10);
-        if (end == item || *end != '\0') {
-            free(ids);
-            return qc_errf(err, QC_ERR_ARG, "%s: item %d: '%s' is not an integer", what,
-                           item_no, item);
-        }
-        if (v < 0 || v > INT32_MAX || errno == ERANGE) {
-            free(ids);
-            return qc_errf(err, QC_ERR_RANGE, "%s: item %d: token id %s outside [0, %d]", what,
-                           item_no, item, INT32_MAX);
-        }
+        int32_t v = 0;
+        SET_WHERE(item_line);
+        if ((st = parse_item(start, len, what, item_no, where, &v, err))) goto fail;
         if (count == cap) {
             int ncap = cap ? cap * 2 : 64;
             int32_t *nids = realloc(ids, (size_t)ncap * sizeof *nids);
             if (!nids) {
-                free(ids);
-                return qc_errf(err, QC_ERR_OOM, "%s: out of memory at item %d", what, item_no);
+                st = qc_errf(err, QC_ERR_OOM, "%s: out of memory at item %d", what, item_no);
+                goto fail;
             }
             ids = nids;
             cap = ncap;
         }
-        ids[count++] = (int32_t)v;
+        ids[count++] = v;
+        /* the separator */
+        SKIP_WS(ws);
+        if (*p != ',') continue; /* whitespace-separated, or the end */
+        int comma_line = line;
+        p++;
+        SKIP_WS(ws);
+        if (!*p) {
+            SET_WHERE(comma_line);
+            st = qc_errf(err, QC_ERR_ARG, "%s: item %d is empty: a trailing comma%s", what,
+                         count + 1, where);
+            goto fail;
+        }
+        if (*p == ',') {
+            SET_WHERE(line);
+            st = qc_errf(err, QC_ERR_ARG, "%s: item %d is empty: %s%s", what, count + 1,
+                         ws ? "only whitespace between two commas" : "two commas in a row",
+                         where);
+            goto fail;
+        }
     }
+#undef SKIP_WS
+#undef SET_WHERE
     *out = ids;
     *n = count;
     return QC_OK;
+fail:
+    free(ids);
+    return st;
+}
+
+qc_status qc_cli_parse_tokens(const char *text, const char *what, int32_t **out, int *n,
+                              qc_err *err) {
+    return parse_list(text, what, 0, out, n, err);
 }
 
 qc_status qc_cli_read_tokens_file(const char *path, int32_t **out, int *n, qc_err *err) {
@@ -243,14 +335,15 @@ qc_status qc_cli_read_tokens_file(const char *path, int32_t **out, int *n, qc_er
     size_t len = 0;
     *out = NULL;
     *n = 0;
-    qc_status st = qc_cli_read_file(path, &text, &len, err);
+    /* regular files only: a FIFO is refused, never waited on */
+    qc_status st = qc_read_small_file(path, QC_CLI_MAX_TOKENS_FILE_BYTES, &text, &len, err);
     if (st) return st;
     if (strlen(text) != len) {
         free(text);
         return qc_errf(err, QC_ERR_FORMAT, "%s: contains a NUL byte (not a text file of ids)",
                        path);
     }
-    st = qc_cli_parse_tokens(text, path, out, n, err);
+    st = parse_list(text, path, 1, out, n, err);
     free(text);
     return st;
 }
@@ -270,32 +363,7 @@ qc_status qc_cli_check_tokens(const int32_t *ids, int n, int vocab, const char *
 /* ===================================================================================== */
 
 qc_status qc_cli_read_file(const char *path, char **data, size_t *len, qc_err *err) {
-    *data = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return qc_errf(err, QC_ERR_IO, "%s: not a regular file", path);
-    }
-    size_t cap = (size_t)sb.st_size + 1;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return qc_errf(err, QC_ERR_OOM, "%s: out of memory (%zu bytes)", path, cap);
-    }
-    size_t got = fread(buf, 1, cap - 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return qc_errf(err, QC_ERR_IO, "%s: read error", path);
-    }
-    buf[got] = '\0';
-    *data = buf;
-    *len = got;
-    return QC_OK;
+    return qc_read_small_file(path, QC_CLI_MAX_INPUT_BYTES, data, len, err);
 }
 
 qc_status qc_cli_write_atomic(const char *path, const void *data, size_t n, qc_err *err) {

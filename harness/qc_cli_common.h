@@ -95,13 +95,35 @@ const char *qc_cli_profile_str(const qc_profile *p, char *buf, size_t n);
 /* token lists                                                                           */
 /* ===================================================================================== */
 
-/* Parse ids separated by commas and/or whitespace ("1,2,3", "1 2\n3"). `what` names the
- * source in messages ("--tokens" or the file name); items are numbered from 1. Every id must
- * be a decimal integer in [0, INT32_MAX]. An empty list gives *n = 0 and *out = NULL (the
- * caller decides whether that is an error). *out is malloc'd. */
+/* At most this many ids in one list (the largest context qwen-conform runs). */
+#define QC_CLI_MAX_TOKENS (1 << 24)
+/* The largest --tokens-file / --history-file read. */
+#define QC_CLI_MAX_TOKENS_FILE_BYTES ((size_t)256 << 20)
+
+/* Parse a list of token ids: "1,2,3", "1, 2, 3", "1 2 3", one id per line, or lines of
+ * comma-separated ids. Items are separated by ONE comma (whitespace, newlines included, may
+ * surround it) or by whitespace alone; whitespace before the first and after the last item is
+ * ignored. Every item must be plain decimal digits with a value in [0, INT32_MAX]. Refused,
+ * naming the item (numbered from 1 over the whole text):
+ *   an empty item        "--tokens: item 2 is empty: two commas in a row" ("1,,3"; also
+ *                        "1, ,3", a leading ",1" or a trailing "1," comma), QC_ERR_ARG
+ *   a sign               "--tokens: item 1: '+5' has a sign ..." ("+5", "-0"), QC_ERR_ARG
+ *   a negative id        "--tokens: item 2: token id -4 outside [0, 2147483647] (negative)",
+ *                        QC_ERR_RANGE
+ *   hexadecimal          "--tokens: item 1: '0x1f' is hexadecimal ...", QC_ERR_ARG
+ *   anything else        "--tokens: item 3: 'x3' is not an integer", QC_ERR_ARG
+ *   overflow             "--tokens: item 1: token id 99999999999 outside [0, 2147483647]",
+ *                        QC_ERR_RANGE
+ *   > QC_CLI_MAX_TOKENS  QC_ERR_RANGE
+ * `what` names the source in messages ("--tokens" or the file name). An empty or
+ * whitespace-only text gives *n = 0 and *out = NULL (the caller decides whether that is an
+ * error). *out is malloc'd. */
 qc_status qc_cli_parse_tokens(const char *text, const char *what, int32_t **out, int *n,
                               qc_err *err);
-/* Read a file and parse it as above (messages name the file). */
+/* Read a file and parse it as above; messages name the file and end with the line, e.g.
+ * "prompt.txt: item 4: 'abc' is not an integer (line 2)". Only a regular file is read: a FIFO
+ * or a device is refused without blocking ("prompt.txt: not a regular file (a FIFO)"); a NUL
+ * byte is QC_ERR_FORMAT. */
 qc_status qc_cli_read_tokens_file(const char *path, int32_t **out, int *n, qc_err *err);
 /* Every id < vocab, else QC_ERR_RANGE "<what>: item 4: token id 600 outside the vocabulary
  * [0, 512)". */
@@ -112,7 +134,12 @@ qc_status qc_cli_check_tokens(const int32_t *ids, int n, int vocab, const char *
 /* files                                                                                 */
 /* ===================================================================================== */
 
-/* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). */
+/* The largest input file qc_cli_read_file reads (a policy, a bench baseline, config.json). */
+#define QC_CLI_MAX_INPUT_BYTES ((size_t)256 << 20)
+/* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL) through
+ * qc_read_small_file (include/qc/qc_file.h): a regular file of at most QC_CLI_MAX_INPUT_BYTES;
+ * a FIFO, a device or a directory is refused without blocking, e.g.
+ * "pol.json: not a regular file (a FIFO)". */
 qc_status qc_cli_read_file(const char *path, char **data, size_t *len, qc_err *err);
 /* Write data atomically through qc_out_write_file (harness/qc_outpath.h): a temp file in the
  * target's directory, fsync, rename; "-", devices and FIFOs are written directly; on any

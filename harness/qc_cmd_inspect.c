@@ -64,6 +64,11 @@ static qc_status weights_sha256(const char *dir, char hex[65], int *n_files, qc_
     for (int i = 0; !st && i < n; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        struct stat sb;
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a FIFO would block fopen */
+            st = qc_errf(err, QC_ERR_IO, "%s: not a regular file", path);
+            break;
+        }
         FILE *f = fopen(path, "rb");
         if (!f) {
             st = qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));

@@ -1,12 +1,28 @@
 /* qc_golden.h — golden files (HDF5 schema v1, golden/SCHEMA.md) in memory: read, write, find.
  *
- * Ownership: qc_golden_open returns a qc_golden that owns every array; qc_golden_free frees it.
- * Files are opened read-only (H5F_ACC_RDONLY) and never modified. qc_golden_write writes to
- * "<path>.tmp.<pid>" then renames, so a failed write leaves no partial file.
+ * Two ways to read a golden:
+ *   qc_golden_open_lazy   the root attributes and every case's metadata (name, attributes,
+ *                         counts, which optional groups exist) with every dataset's type and
+ *                         shape validated, but no tensor data; then qc_golden_load_case(g, i)
+ *                         reads (and value-checks) one case's tensors and
+ *                         qc_golden_unload_case(g, i) frees them again (check, --list, --shard);
+ *   qc_golden_open        the same, then every case loaded (inspect, diff, tests, fuzzing).
+ * Every declared shape is checked against the case's token counts and the config BEFORE
+ * anything is read or allocated, and the positions a case needs (start_pos + prompt + decode)
+ * are bounded (qc_golden_max_positions), so a small file declaring huge datasets is refused at
+ * once (QC_ERR_SHAPE) instead of being read; qc_golden_case_bytes tells what loading a case
+ * will allocate (for the memory plan).
+ *
+ * Ownership: a qc_golden owns every array; qc_golden_free frees it (loaded cases included).
+ * Files are opened read-only (H5F_ACC_RDONLY) and never modified; no HDF5 handle stays open
+ * between calls (a lazy golden reopens its file in qc_golden_load_case, and refuses a file
+ * that changed since qc_golden_open_lazy). qc_golden_write writes to a temp file beside the
+ * target then renames, so a failed write leaves no partial file.
  */
 #ifndef QC_GOLDEN_H
 #define QC_GOLDEN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "qc/qc_config.h"
@@ -44,6 +60,19 @@ typedef struct {
     qc_golden_state decode_state;
 } qc_golden_case;
 
+/* What qc_golden_open_lazy knows of a case without reading its tensors (every dataset named
+ * here was found with the right type class and shape). The counts are also in the case. */
+typedef struct {
+    int start_pos;            /* P */
+    int n_tokens;             /* T */
+    int n_decode;             /* S (0 also when there is no decode group) */
+    int has_hidden;           /* prefill/hidden present */
+    int has_prefill_state;    /* prefill/state present */
+    int has_decode;           /* the decode group present */
+    int has_decode_margins;   /* decode/margins present */
+    int has_decode_state;     /* decode/state present */
+} qc_golden_case_meta;
+
 typedef struct {
     char path[1024];          /* the .h5 file */
     int schema_version;
@@ -58,12 +87,45 @@ typedef struct {
     char *config_json;        /* owned, NUL-terminated */
     qc_config cfg;            /* parsed from config_json */
     int n_cases;
-    qc_golden_case *cases;    /* [n_cases], sorted by name */
+    qc_golden_case *cases;    /* [n_cases], sorted by name; the scalars (name, description,
+                                 start_pos, max_seq_len, n_history, n_tokens, n_decode) always
+                                 set, the tensors only while the case is loaded */
+    /* set by the reader (NULL / 0 in a qc_golden built by hand for qc_golden_write) */
+    qc_golden_case_meta *meta; /* [n_cases] */
+    unsigned char *loaded;    /* [n_cases] 1 while cases[i]'s tensors are in memory */
+    uint64_t file_dev, file_ino, file_size; /* the file opened (qc_golden_load_case checks */
+    int64_t file_mtime_ns;                  /* that it is still the same file) */
 } qc_golden;
 
-/* Read and validate a whole golden file: schema_version, required attributes, every dataset's
- * presence, dtype class and shape (against cfg), and that every float is finite (a NaN / Inf
- * in a golden is a format error naming the dataset and the first bad index). */
+/* At most this many positions (start_pos + prompt + decode steps) in one case. */
+#define QC_GOLDEN_MAX_POSITIONS (1 << 20)
+
+/* The positions a case of a golden for cfg may use: the config's max_position_embeddings,
+ * capped at QC_GOLDEN_MAX_POSITIONS. */
+int qc_golden_max_positions(const qc_config *cfg);
+
+/* Read and validate a golden's metadata, no tensor data: schema_version, the required
+ * attributes, config_json, and per case its attributes and every dataset's presence, dtype
+ * class and shape (against the counts and cfg; positions bounded by qc_golden_max_positions).
+ * A shape that disagrees is QC_ERR_SHAPE "<file>: <dataset>: shape [..] != [..]". Every case
+ * is unloaded (tensor pointers NULL, states not present). */
+qc_status qc_golden_open_lazy(const char *path, qc_golden **out, qc_err *err);
+
+/* Read case i's tensors into g->cases[i] (no-op when loaded): every dataset again checked
+ * against the metadata before it is allocated, every float finite (a NaN / Inf is
+ * QC_ERR_FORMAT naming the dataset and the first bad index), every token id in [0, V). On
+ * error the case stays unloaded and the message names the file and the dataset. */
+qc_status qc_golden_load_case(qc_golden *g, int i, qc_err *err);
+
+/* Free case i's tensors (its metadata stays). No-op when not loaded. */
+void qc_golden_unload_case(qc_golden *g, int i);
+
+/* Bytes qc_golden_load_case allocates for a case with this metadata (saturates at SIZE_MAX). */
+size_t qc_golden_case_bytes(const qc_config *cfg, const qc_golden_case_meta *m);
+
+/* qc_golden_open_lazy + qc_golden_load_case for every case: the whole golden validated and in
+ * memory (refused with QC_ERR_OOM, before reading, when its tensors exceed the memory
+ * available). */
 qc_status qc_golden_open(const char *path, qc_golden **out, qc_err *err);
 void qc_golden_free(qc_golden *g);
 
@@ -75,7 +137,14 @@ int qc_golden_hdf5_faulted(void);
 qc_status qc_golden_write(const char *path, const qc_golden *g, qc_err *err);
 
 /* Every *.h5 under a directory (recursive, sorted), or the file itself. *paths is a malloc'd
- * array of malloc'd strings; free with qc_golden_paths_free. n == 0 is not an error. */
+ * array of malloc'd strings; free with qc_golden_paths_free. n == 0 is not an error.
+ * Symbolic links are followed, but every directory and every file is taken once (by device +
+ * inode): a directory reached again (a loop such as sub/loop -> .., or a second link to a
+ * directory) and a second name of a file (symlink or hard link) are skipped with a note on
+ * stderr ("qwen-conform: note: skipping <path>: same file as <other>" / "...: directory
+ * loop ..."), printed once per process. Of several names of one file the one reached through
+ * the fewest symlinks, then the first in byte order, is kept; real directories are walked
+ * before symlinked ones. */
 qc_status qc_golden_find(const char *dir_or_file, char ***paths, int *n, qc_err *err);
 void qc_golden_paths_free(char **paths, int n);
 

@@ -55,6 +55,10 @@ typedef struct {
 
 struct qc_policy {
     char source[1024];           /* file path or "built-in" */
+    char notes[1024];            /* command-line changes ("--atol logits=0.01, ...") */
+    char described[2100];        /* source + notes (qc_policy_describe) */
+    char *description;           /* the file's "description" (NULL: none) */
+    char *measurements;          /* the file's "measurements" (NULL: none) */
     qc_tol defaults[QC_TC_COUNT];
     int n_backends;
     backend_entry *backends;     /* [n_backends] */
@@ -99,7 +103,9 @@ static void apply(qc_tol *t, const tol_entry *e) {
     if (e->has_kl) t->max_kl = e->t.max_kl;
 }
 
-/* A class-keyed object: every key must be a class name. */
+/* A class-keyed object: every key must be a class name, every entry's keys atol / rtol /
+ * max_kl (with defaults merged over the built-in ones, a typo'd field would otherwise be a
+ * silent no-op). */
 static qc_status parse_class_map(const cJSON *obj, const char *path, const char *ctx,
                                  tol_entry *out, int require_all, qc_err *err) {
     if (!cJSON_IsObject(obj)) return qc_errf(err, QC_ERR_FORMAT, "%s: %s: must be an object", path, ctx);
@@ -115,6 +121,13 @@ static qc_status parse_class_map(const cJSON *obj, const char *path, const char 
         snprintf(sub, sizeof sub, "%s.%s", ctx, it->string);
         qc_status s = parse_tol(it, path, sub, &out[c], err);
         if (s) return s;
+        const cJSON *f;
+        cJSON_ArrayForEach(f, it) {
+            if (strcmp(f->string, "atol") && strcmp(f->string, "rtol") &&
+                strcmp(f->string, "max_kl"))
+                return qc_errf(err, QC_ERR_FORMAT, "%s: %s: unknown key \"%s\" (atol, rtol, "
+                               "max_kl)", path, sub, f->string);
+        }
         if (require_all && !(out[c].has_atol && out[c].has_rtol))
             return qc_errf(err, QC_ERR_FORMAT, "%s: %s: needs both atol and rtol", path, sub);
     }
@@ -184,12 +197,15 @@ static qc_status parse_override(const cJSON *o, int idx, const char *path, overr
     return QC_OK;
 }
 
-qc_status qc_policy_parse(const char *json, size_t len, const char *path, qc_policy **out,
-                          qc_err *err) {
+/* base == NULL: the built-in policy itself (every class required); else a file merged over
+ * base's defaults. */
+static qc_status parse_impl(const char *json, size_t len, const char *path,
+                            const qc_policy *base, qc_policy **out, qc_err *err) {
     *out = NULL;
     qc_policy *p = calloc(1, sizeof *p);
     if (!p) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
     snprintf(p->source, sizeof p->source, "%s", path);
+    snprintf(p->described, sizeof p->described, "%s", path);
     p->tie_margin = -1.0;
     char *text = malloc(len + 1);
     if (!text) {
@@ -219,7 +235,7 @@ qc_status qc_policy_parse(const char *json, size_t len, const char *path, qc_pol
     cJSON_ArrayForEach(it, root) {
         static const char *const known[] = {"schema_version", "description", "measurements",
                                             "defaults",       "backends",    "overrides",
-                                            "tie_margin",     "comment"};
+                                            "tie_margin",     "comment",     "source"};
         int ok = 0;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(it->string, known[k]);
         if (!ok) {
@@ -227,16 +243,35 @@ qc_status qc_policy_parse(const char *json, size_t len, const char *path, qc_pol
             goto done;
         }
     }
+    static const char *const texts[] = {"description", "measurements", "source"};
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, texts[k]);
+        if (t && !cJSON_IsString(t)) {
+            s = qc_errf(err, QC_ERR_FORMAT, "%s: %s: must be a string", path, texts[k]);
+            goto done;
+        }
+        if (t && k < 2 && !(*(k == 0 ? &p->description : &p->measurements) = strdup(t->valuestring))) {
+            s = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+            goto done;
+        }
+    }
     tol_entry tmp[QC_TC_COUNT];
     const cJSON *def = cJSON_GetObjectItemCaseSensitive(root, "defaults");
-    if (!def) {
+    for (int c = 0; c < QC_TC_COUNT; c++) {
+        if (base) {
+            p->defaults[c] = base->defaults[c];
+        } else {
+            memset(&p->defaults[c], 0, sizeof p->defaults[c]);
+            p->defaults[c].max_kl = -1.0;
+        }
+    }
+    if (!def && !base) {
         s = qc_errf(err, QC_ERR_FORMAT, "%s: \"defaults\" is required", path);
         goto done;
     }
-    if ((s = parse_class_map(def, path, "defaults", tmp, 1, err))) goto done;
-    for (int c = 0; c < QC_TC_COUNT; c++) {
-        p->defaults[c].max_kl = -1.0;
-        apply(&p->defaults[c], &tmp[c]);
+    if (def) {
+        if ((s = parse_class_map(def, path, "defaults", tmp, base == NULL, err))) goto done;
+        for (int c = 0; c < QC_TC_COUNT; c++) apply(&p->defaults[c], &tmp[c]);
     }
     const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "tie_margin");
     if (tm) {
@@ -300,6 +335,17 @@ done:
     return QC_OK;
 }
 
+qc_status qc_policy_parse(const char *json, size_t len, const char *path, qc_policy **out,
+                          qc_err *err) {
+    *out = NULL;
+    qc_policy *base = NULL;
+    qc_status s = qc_policy_builtin(&base, err);
+    if (s) return s;
+    s = parse_impl(json, len, path, base, out, err);
+    qc_policy_free(base);
+    return s;
+}
+
 qc_status qc_policy_load(const char *path, qc_policy **out, qc_err *err) {
     *out = NULL;
     char *buf = NULL;
@@ -312,7 +358,7 @@ qc_status qc_policy_load(const char *path, qc_policy **out, qc_err *err) {
 }
 
 qc_status qc_policy_builtin(qc_policy **out, qc_err *err) {
-    return qc_policy_parse(builtin_json, sizeof builtin_json - 1, "built-in", out, err);
+    return parse_impl(builtin_json, sizeof builtin_json - 1, "built-in", NULL, out, err);
 }
 
 void qc_policy_free(qc_policy *p) {
@@ -328,6 +374,8 @@ void qc_policy_free(qc_policy *p) {
         free(e->reason);
     }
     free(p->overrides);
+    free(p->description);
+    free(p->measurements);
     free(p);
 }
 
@@ -373,4 +421,118 @@ void qc_policy_lookup(const qc_policy *p, qc_tclass cls, const char *backend, co
         apply(out, &e->tol);
         if (reason) *reason = e->reason;
     }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Command-line changes, introspection, --print                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+qc_tol qc_policy_default(const qc_policy *p, qc_tclass cls) { return p->defaults[cls]; }
+
+qc_status qc_policy_set_default(qc_policy *p, qc_tclass cls, const char *field, double value,
+                                qc_err *err) {
+    if (!strcmp(field, "max_kl")) {
+        if (!isfinite(value)) return qc_errf(err, QC_ERR_ARG, "max_kl: must be a finite number");
+        p->defaults[cls].max_kl = value;
+        return QC_OK;
+    }
+    int a = !strcmp(field, "atol");
+    if (!a && strcmp(field, "rtol"))
+        return qc_errf(err, QC_ERR_ARG, "unknown tolerance field '%s' (atol, rtol, max_kl)", field);
+    if (!isfinite(value) || value < 0.0)
+        return qc_errf(err, QC_ERR_ARG, "%s: must be a non-negative number", field);
+    if (a)
+        p->defaults[cls].atol = value;
+    else
+        p->defaults[cls].rtol = value;
+    return QC_OK;
+}
+
+void qc_policy_note(qc_policy *p, const char *note) {
+    size_t k = strlen(p->notes);
+    snprintf(p->notes + k, sizeof p->notes - k, "%s%s", k ? " " : "", note);
+    snprintf(p->described, sizeof p->described, "%s + %s", p->source, p->notes);
+}
+
+const char *qc_policy_describe(const qc_policy *p) { return p->described; }
+
+int qc_policy_override_matches(const qc_policy *p, int i, const char *case_id,
+                               const char *tensor, qc_tclass cls) {
+    if (i < 0 || i >= p->n_overrides) return 0;
+    const override_entry *e = &p->overrides[i];
+    const char *bare = NULL;
+    if (case_id) {
+        const char *sl = strrchr(case_id, '/');
+        bare = sl ? sl + 1 : case_id;
+    }
+    if (!(sel_match(e, SEL_CASE, case_id) || sel_match(e, SEL_CASE, bare))) return 0;
+    return sel_match(e, SEL_TENSOR, tensor) || sel_match(e, SEL_TENSOR, qc_tclass_str(cls));
+}
+
+void qc_policy_override_describe(const qc_policy *p, int i, char *buf, size_t n) {
+    if (i < 0 || i >= p->n_overrides) {
+        snprintf(buf, n, "overrides[%d]", i);
+        return;
+    }
+    const override_entry *e = &p->overrides[i];
+    size_t k = (size_t)snprintf(buf, n, "overrides[%d] {", i);
+    int first = 1;
+    for (int j = 0; j < SEL_N && k < n; j++) {
+        if (!e->sel[j]) continue;
+        k += (size_t)snprintf(buf + k, n - k, "%s%s \"%s\"", first ? "" : ", ", sel_names[j],
+                              e->sel[j]);
+        first = 0;
+    }
+    if (k < n) snprintf(buf + k, n - k, "%s}", first ? "every tensor" : "");
+}
+
+static void tol_json(cJSON *o, const char *key, const tol_entry *e, int all) {
+    cJSON *j = key ? cJSON_AddObjectToObject(o, key) : o;
+    if (!j) return;
+    if (all || e->has_atol) cJSON_AddNumberToObject(j, "atol", e->t.atol);
+    if (all || e->has_rtol) cJSON_AddNumberToObject(j, "rtol", e->t.rtol);
+    if (all || e->has_kl) cJSON_AddNumberToObject(j, "max_kl", e->t.max_kl);
+}
+
+char *qc_policy_to_json(const qc_policy *p) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    cJSON_AddNumberToObject(root, "schema_version", 1);
+    char src[2400];
+    snprintf(src, sizeof src, "%s%s", qc_policy_describe(p),
+             strcmp(p->source, "built-in") ? " (merged over the built-in defaults)" : "");
+    cJSON_AddStringToObject(root, "source", src);
+    if (p->description) cJSON_AddStringToObject(root, "description", p->description);
+    if (p->measurements) cJSON_AddStringToObject(root, "measurements", p->measurements);
+    cJSON *d = cJSON_AddObjectToObject(root, "defaults");
+    for (int c = 0; d && c < QC_TC_COUNT; c++) {
+        tol_entry e = {.has_atol = 1, .has_rtol = 1, .has_kl = 1, .t = p->defaults[c]};
+        tol_json(d, qc_tclass_str((qc_tclass)c), &e, 1);
+    }
+    cJSON_AddNumberToObject(root, "tie_margin", qc_policy_tie_margin(p));
+    if (p->n_backends > 0) {
+        cJSON *b = cJSON_AddObjectToObject(root, "backends");
+        for (int i = 0; b && i < p->n_backends; i++) {
+            cJSON *bj = cJSON_AddObjectToObject(b, p->backends[i].name);
+            for (int c = 0; bj && c < QC_TC_COUNT; c++) {
+                const tol_entry *e = &p->backends[i].cls[c];
+                if (e->has_atol || e->has_rtol || e->has_kl)
+                    tol_json(bj, qc_tclass_str((qc_tclass)c), e, 0);
+            }
+        }
+    }
+    cJSON *ov = cJSON_AddArrayToObject(root, "overrides");
+    for (int i = 0; ov && i < p->n_overrides; i++) {
+        const override_entry *e = &p->overrides[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o) break;
+        for (int k = 0; k < SEL_N; k++)
+            if (e->sel[k]) cJSON_AddStringToObject(o, sel_names[k], e->sel[k]);
+        tol_json(o, NULL, &e->tol, 0);
+        cJSON_AddStringToObject(o, "reason", e->reason);
+        cJSON_AddItemToArray(ov, o);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
 }

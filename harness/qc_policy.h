@@ -5,7 +5,12 @@
  *   "schema_version": 1,
  *   "description": "...",                                  (optional, free text)
  *   "measurements": "tolerances-measurements.json",       (optional: where the numbers came from)
- *   "defaults": { "<class>": {"atol": A, "rtol": R, "max_kl": K}, ... },   every class required
+ *   "source": "...",                                       (optional, informational: written
+ *                                                           by `qwen-conform policy --print`)
+ *   "defaults": { "<class>": {"atol": A, "rtol": R, "max_kl": K}, ... },   (optional; merged
+ *                                                           over the built-in defaults: a class
+ *                                                           or field not given keeps its
+ *                                                           built-in value)
  *   "backends": { "<backend>": { "<class>": {...} } },     (optional, per-backend defaults)
  *   "tie_margin": M,                                       (optional: golden top1-top2 at or
  *                                                           below which an argmax flip is a
@@ -15,14 +20,19 @@
  *                    "mode": "...", "check": "...", "atol": A, "rtol": R, "max_kl": K,
  *                    "reason": "why (required)" }, ... ]
  * }
- * <class> is one of logits, hidden, k_cache, v_cache, conv_state, recurrent_state.
+ * <class> is one of logits, hidden, k_cache, v_cache, conv_state, recurrent_state; a class
+ * entry takes only atol, rtol, max_kl (another key is a typo and refused).
+ * Partial files: the built-in policy's defaults are the base, so
+ *   {"schema_version": 1, "defaults": {"logits": {"atol": 0.01}}}
+ * changes the logits atol and keeps every other default (logits rtol and max_kl included).
  * Lookup: defaults[class], then backends[backend][class] (fields present replace), then every
  * matching override in file order (later ones win). An override's selectors are all optional;
  * a string selector matches when it equals the subject or when the POSIX extended regex
  * ^(selector)$ matches it. Subjects: case = "<file-stem>/<case>" (the bare case name is tried
  * too), tensor = the golden path below the case ("prefill/logits",
  * "decode/state/layer_03/k_cache") or the class name, backend, mode, check = the check name.
- * max_kl < 0 (or absent) means no KL bound.
+ * max_kl < 0 means no KL bound; absent, a default keeps the built-in value (a logits bound,
+ * none for the other classes) and an override or backend entry leaves it as it was.
  */
 #ifndef QC_POLICY_H
 #define QC_POLICY_H
@@ -50,6 +60,32 @@ void qc_policy_free(qc_policy *p);
 const char *qc_policy_source(const qc_policy *p);
 double qc_policy_tie_margin(const qc_policy *p);
 int qc_policy_n_overrides(const qc_policy *p);
+
+/* The default tolerance of a class (after the merge over the built-in defaults). */
+qc_tol qc_policy_default(const qc_policy *p, qc_tclass cls);
+/* Replace one field of a class default (the command line's --atol / --rtol CLASS=V): field
+ * "atol", "rtol" or "max_kl". Per-backend sections and overrides still apply on top of it.
+ * Returns QC_ERR_ARG for an unknown field or a negative / non-finite atol / rtol. */
+qc_status qc_policy_set_default(qc_policy *p, qc_tclass cls, const char *field, double value,
+                                qc_err *err);
+/* Record a command-line change for the reports and `policy --print` (appended to the
+ * "source" text: "<file> + --atol logits=0.01"). */
+void qc_policy_note(qc_policy *p, const char *note);
+/* The source with the command-line changes ("fixtures/tolerances.json + --atol logits=0.01"). */
+const char *qc_policy_describe(const qc_policy *p);
+
+/* Override i (0-based, file order): 1 when its case and tensor selectors match the subjects
+ * by the lookup's rules (the bare case name after the last '/' of case_id is tried too; the
+ * class name of the tensor too). The backend / mode / check selectors are not consulted. */
+int qc_policy_override_matches(const qc_policy *p, int i, const char *case_id,
+                               const char *tensor, qc_tclass cls);
+/* A one-line description of override i: overrides[2] {case "x", tensor "logits"}. */
+void qc_policy_override_describe(const qc_policy *p, int i, char *buf, size_t n);
+
+/* The effective policy as JSON (malloc'd, NULL on OOM), loadable again as a policy file: every
+ * class default with atol, rtol and max_kl (-1 = no KL bound), the effective tie_margin, the
+ * backend sections and the overrides in file order, "source" naming where it came from. */
+char *qc_policy_to_json(const qc_policy *p);
 
 /* Resolve the tolerance for one compared tensor. Any subject may be NULL (does not match a
  * selector that names it). *reason (may be NULL) receives the reason of the last override that

@@ -27,12 +27,15 @@ typedef struct {
     qc_status (*create)(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
                         qc_err *err);
     unsigned caps;
-    int token_pack; /* memory plan: packs the tokens once per matrix (qc_memplan_req) */
+    /* memory plan: every byte create allocates for these options, from the backend's own
+     * layout code (the counting pass of what create allocates) */
+    size_t (*scratch_bytes)(const qc_config *c, const qc_backend_opts *o);
 } builtin_entry;
 
 static const builtin_entry builtins[] = {
-    {"reference", qc_reference_create, QC_BE_CAP_ALL & ~QC_BE_CAP_THREADS, 0},
-    {"optimized", qc_optimized_create, QC_BE_CAP_ALL, 1},
+    {"reference", qc_reference_create, QC_BE_CAP_ALL & ~QC_BE_CAP_THREADS,
+     qc_reference_scratch_bytes},
+    {"optimized", qc_optimized_create, QC_BE_CAP_ALL, qc_optimized_scratch_bytes},
 };
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 
@@ -49,20 +52,29 @@ unsigned qc_registry_builtin_caps(const char *name) {
     return b ? b->caps : 0;
 }
 
+/* One built-in backend into the plan: what it reports for the request's options. */
+static qc_status memplan_add(const builtin_entry *b, qc_memplan_req *rq, qc_err *err) {
+    qc_backend_opts o;
+    qc_backend_opts_default(&o);
+    o.max_tokens = rq->max_tokens;
+    o.n_threads = rq->n_threads;
+    o.chunk_size = rq->chunk_size;
+    char what[64];
+    snprintf(what, sizeof what, "the %s backend", b->name);
+    return qc_memplan_add_backend(rq, what, (uint64_t)b->scratch_bytes(rq->cfg, &o), err);
+}
+
 qc_status qc_registry_memplan(const char *name, qc_memplan_req *rq, qc_err *err) {
-    if (name && !strcmp(name, "all")) {
-        rq->n_backends = (int)N_BUILTINS;
-        rq->n_token_packs = 0;
-        for (size_t i = 0; i < N_BUILTINS; i++) rq->n_token_packs += builtins[i].token_pack;
-        return QC_OK;
-    }
-    const builtin_entry *b = name ? builtin_find(name) : NULL;
-    if (!b)
+    const builtin_entry *b = name && strcmp(name, "all") ? builtin_find(name) : NULL;
+    if (!name || (strcmp(name, "all") && !b))
         return qc_errf(err, QC_ERR_ARG, "memory plan: unknown backend '%s'",
                        name ? name : "(null)");
-    rq->n_backends = 1;
-    rq->n_token_packs = b->token_pack;
-    return QC_OK;
+    if (!rq->cfg) return qc_errf(err, QC_ERR_ARG, "memory plan: no config");
+    rq->n_backends = 0;
+    qc_status st = QC_OK;
+    for (size_t i = 0; i < N_BUILTINS && !st; i++)
+        if (!b || b == &builtins[i]) st = memplan_add(&builtins[i], rq, err);
+    return st;
 }
 
 /* ===================================================================================== */

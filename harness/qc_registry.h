@@ -52,9 +52,12 @@ qc_status qc_registry_create(const qc_runtime_spec *rs, const char *model_dir, c
 /* The capabilities a built-in backend has (QC_BE_CAP_*), without building it. */
 unsigned qc_registry_builtin_caps(const char *name);
 
-/* The memory a built-in backend needs, for the memory plan: sets rq->n_backends and
- * rq->n_token_packs for `name` ("reference", "optimized") or "all" (every built-in at once).
- * QC_ERR_ARG "memory plan: unknown backend 'x'" otherwise. */
+/* The memory a built-in backend needs, for the memory plan: replaces rq's backend list with
+ * what `name` ("reference", "optimized") or "all" (every built-in at once) reports through its
+ * table entry's scratch_bytes (qc_reference_scratch_bytes / qc_optimized_scratch_bytes: the
+ * counting pass of the backend's own layout code) for the options rq->max_tokens, n_threads
+ * and chunk_size — so set those first. QC_ERR_ARG "memory plan: unknown backend 'x'";
+ * QC_ERR_RANGE when a backend's size overflows 64 bits. */
 qc_status qc_registry_memplan(const char *name, qc_memplan_req *rq, qc_err *err);
 
 /* Load a plugin library: dlopen, the entry symbol, ABI version / size / mandatory entries.

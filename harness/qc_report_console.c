@@ -4,6 +4,7 @@
 
 #include "qc_report_console.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define W_CASE 30
@@ -53,9 +54,63 @@ void qc_report_console_failures(FILE *f, const qc_results *r) {
 }
 
 void qc_report_console_summary(FILE *f, const qc_results *r) {
-    fprintf(f, "\n%d checks in %.1f s: %d passed, %d failed, %d skipped, %d errors "
-               "(policy: %s)\n",
-            r->n, r->seconds, r->n_pass, r->n_fail, r->n_skip, r->n_error, r->policy);
-    fprintf(f, "%d passed, %d failed\n", r->n_pass, r->n_fail + r->n_error);
+    int code = qc_results_exit_code(r);
+    const char *why = code == 2 ? " (an error: the run is incomplete)"
+                      : code == 1 ? " (a conformance failure)"
+                      : code == 3 ? " (nothing was checked)"
+                      : code == 0 ? "" : " (interrupted)";
+    char warn[64] = "";
+    if (r->n_warnings > 0)
+        snprintf(warn, sizeof warn, ", %d warning%s", r->n_warnings, r->n_warnings == 1 ? "" : "s");
+    fprintf(f, "\n%d checks in %.1f s (policy: %s): %d error%s%s; exit %d%s\n", r->n, r->seconds,
+            r->policy, r->n_error, r->n_error == 1 ? "" : "s", warn, code, why);
+    if (r->stopped_early)
+        fprintf(f, "stopped early: --maxfail %d reached (%d failing check%s); the cases after "
+                   "it were not run\n",
+                r->maxfail, r->n_fail + r->n_error, r->n_fail + r->n_error == 1 ? "" : "s");
+    fprintf(f, "%d passed, %d failed, %d skipped\n", r->n_pass, r->n_fail, r->n_skip);
+    fflush(f);
+}
+
+typedef struct {
+    char id[420];   /* stem/case/backend/mode */
+    double s;       /* seconds */
+    int n;          /* rows */
+} dur_group;
+
+static int dur_cmp(const void *a, const void *b) {
+    const dur_group *x = a, *y = b;
+    if (x->s != y->s) return x->s < y->s ? 1 : -1;
+    return strcmp(x->id, y->id);
+}
+
+void qc_report_console_durations(FILE *f, const qc_results *r, int n) {
+    if (r->n == 0) return;
+    dur_group *g = calloc((size_t)r->n, sizeof *g);
+    if (!g) return;
+    int ng = 0;
+    for (int i = 0; i < r->n; i++) {
+        const qc_check_row *w = &r->rows[i];
+        char id[420];
+        snprintf(id, sizeof id, "%s/%s/%s/%s", w->stem, w->case_name, w->backend, w->mode);
+        int k = ng - 1; /* rows of one run are adjacent: try the last group first */
+        if (k < 0 || strcmp(g[k].id, id) != 0)
+            for (k = 0; k < ng && strcmp(g[k].id, id) != 0; k++) {}
+        if (k == ng) snprintf(g[ng++].id, sizeof g[0].id, "%s", id);
+        g[k].s += w->seconds > 0 ? w->seconds : 0;
+        g[k].n++;
+    }
+    qsort(g, (size_t)ng, sizeof *g, dur_cmp);
+    int show = n > 0 && n < ng ? n : ng;
+    fprintf(f, "\n== slowest %d duration%s (of %d runs; --durations %d) ==\n", show,
+            show == 1 ? "" : "s", ng, n);
+    for (int i = 0; i < show; i++)
+        fprintf(f, "%9.3fs  %s  (%d check%s)\n", g[i].s, g[i].id, g[i].n, g[i].n == 1 ? "" : "s");
+    free(g);
+    fflush(f);
+}
+
+void qc_report_console_warnings(FILE *f, const qc_results *r, const char *prog) {
+    for (int i = 0; i < r->n_warnings; i++) fprintf(f, "%s: warning: %s\n", prog, r->warnings[i]);
     fflush(f);
 }

@@ -128,7 +128,13 @@ char *qc_report_json_string(const qc_results *r) {
         cJSON_AddNumberToObject(s, "failed", r->n_fail);
         cJSON_AddNumberToObject(s, "skipped", r->n_skip);
         cJSON_AddNumberToObject(s, "errors", r->n_error);
+        cJSON_AddNumberToObject(s, "exit_code", qc_results_exit_code(r));
+        cJSON_AddBoolToObject(s, "stopped_early", r->stopped_early != 0);
+        if (r->stopped_early) cJSON_AddNumberToObject(s, "maxfail", r->maxfail);
     }
+    cJSON *wa = cJSON_AddArrayToObject(root, "warnings");
+    for (int i = 0; wa && i < r->n_warnings; i++)
+        cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[i]));
     cJSON *arr = cJSON_AddArrayToObject(root, "checks");
     for (int i = 0; arr && i < r->n; i++) {
         cJSON *o = row_json(&r->rows[i]);

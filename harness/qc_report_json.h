@@ -1,4 +1,10 @@
-/* qc_report_json.h — the machine-readable report (`--json FILE`), schema-versioned.
+/* qc_report_json.h — the machine-readable report (`--json FILE`), schema-versioned:
+ *   schema_version, tool, tool_version, machine, isa, policy, started, seconds,
+ *   summary {checks, passed, failed, skipped, errors, exit_code, stopped_early[, maxfail]},
+ *   warnings [strings], checks [{golden, stem, case, backend, mode, check, verdict, seconds,
+ *   message, tolerance, metrics, first_divergent_layer {kind, layer, after_layer,
+ *   decode_step, source}, detail}]. Fields are only ever added within a schema_version
+ *   (readers ignore what they do not know); a renamed or removed field bumps it.
  * Non-finite numbers are written as the strings "NaN", "Infinity", "-Infinity" (cJSON would
  * write null). Written atomically (temp file + rename). */
 #ifndef QC_REPORT_JSON_H

@@ -33,6 +33,7 @@ const char *qc_verdict_str(qc_verdict v) {
 void qc_results_init(qc_results *r) {
     memset(r, 0, sizeof *r);
     snprintf(r->isa, sizeof r->isa, "n/a");
+    r->exit_code = -1;
 }
 
 void qc_results_free(qc_results *r) {
@@ -40,6 +41,48 @@ void qc_results_free(qc_results *r) {
     free(r->rows);
     r->rows = NULL;
     r->n = r->cap = 0;
+    for (int i = 0; i < r->n_warnings; i++) free(r->warnings[i]);
+    free(r->warnings);
+    r->warnings = NULL;
+    r->n_warnings = 0;
+}
+
+/* rank in the precedence: higher wins */
+static int exit_rank(int code) {
+    switch (code) {
+    case 2: return 4;   /* usage / I/O / format error */
+    case 1: return 3;   /* conformance failure */
+    case 3: return 2;   /* nothing checked */
+    case 0: return 1;   /* pass */
+    }
+    return code < 0 ? 0 : 5; /* unset; anything else (130 / 143 on a signal) wins */
+}
+
+int qc_exit_precedence(int a, int b) { return exit_rank(a) >= exit_rank(b) ? a : b; }
+
+int qc_results_exit_code(const qc_results *r) {
+    int rows = r->n_error ? 2 : r->n_fail ? 1 : r->n_pass == 0 ? 3 : 0;
+    return qc_exit_precedence(r->exit_code, rows);
+}
+
+void qc_results_warn(qc_results *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    char *s = malloc((size_t)n + 1);
+    char **nw = realloc(r->warnings, (size_t)(r->n_warnings + 1) * sizeof *nw);
+    if (!s || !nw) {
+        free(s);
+        if (nw) r->warnings = nw;
+        return;
+    }
+    r->warnings = nw;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    r->warnings[r->n_warnings++] = s;
 }
 
 qc_check_row *qc_results_add(qc_results *r, const qc_check_row *row) {

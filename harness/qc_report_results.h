@@ -66,7 +66,24 @@ typedef struct {
     char policy[1024];       /* policy source */
     char started[40];        /* ISO-8601 UTC start time */
     double seconds;          /* total wall time */
+    /* how the run ended (set by the command before the reports are written) */
+    int exit_code;           /* the process exit code; -1 (qc_results_init): derive it from the
+                                rows with qc_results_exit_code */
+    int stopped_early;       /* 1: --maxfail reached with work left; the reports hold what ran */
+    int maxfail;             /* the --maxfail value when stopped_early */
+    char **warnings;         /* [n_warnings] malloc'd lines (policy overrides that can never
+                                match, ...): console stderr, JSON "warnings", JUnit system-err */
+    int n_warnings;
 } qc_results;
+
+/* The exit-code precedence (README "Exit codes"): an error (2: usage / I/O / format / backend,
+ * the run is incomplete) > a conformance failure (1) > nothing checked (3) > pass (0). */
+int qc_exit_precedence(int a, int b);
+/* The exit code the rows give by that precedence: any ERROR row 2, else any FAIL 1, else no
+ * PASS 3, else 0 (r->exit_code when it is set, combined with that). */
+int qc_results_exit_code(const qc_results *r);
+/* Append a warning (printf format); OOM drops it. */
+void qc_results_warn(qc_results *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 void qc_results_init(qc_results *r);
 void qc_results_free(qc_results *r);

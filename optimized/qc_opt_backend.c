@@ -24,34 +24,17 @@
 #include <string.h>
 
 #include "qc/qc_backend.h"
+#include "qc/qc_memplan.h"
 #include "qc/qc_optimized.h"
 #include "qc_opt_internal.h"
 
 /* ===================================================================================== */
-/* Allocation (create only)                                                               */
+/* Release (the layout and create are at the end of the file)                             */
 /* ===================================================================================== */
-
-static float *opt_alloc(qc_opt *o, size_t nfloat) {
-    if (o->n_blocks == o->cap_blocks) {
-        int cap = o->cap_blocks ? 2 * o->cap_blocks : 64;
-        void **nb = realloc(o->blocks, (size_t)cap * sizeof *nb);
-        if (!nb) return NULL;
-        o->blocks = nb;
-        o->cap_blocks = cap;
-    }
-    size_t bytes = (nfloat * sizeof(float) + 63) / 64 * 64;
-    if (bytes == 0) bytes = 64;
-    float *p = aligned_alloc(64, bytes);
-    if (!p) return NULL;
-    memset(p, 0, bytes);
-    o->blocks[o->n_blocks++] = p;
-    return p;
-}
 
 static void opt_free(qc_opt *o) {
     if (!o) return;
-    for (int i = 0; i < o->n_blocks; i++) free(o->blocks[i]);
-    free(o->blocks);
+    free(o->arena);
     free(o->layers);
     free(o->panel);
     free(o->th);
@@ -366,33 +349,18 @@ static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int s
     qc_opt *o = be->impl;
     const qc_model *m = o->m;
     const qc_config *c = &m->cfg;
-    const int H = c->hidden_size, V = c->vocab_size, L = c->n_layers;
-    if (!tokens || !st) return qc_errf(err, QC_ERR_ARG, "optimized forward: NULL tokens or state");
-    if (n < 1 || n > o->max_tokens)
-        return qc_errf(err, QC_ERR_RANGE, "optimized forward: n = %d outside [1, max_tokens = %d]", n,
-                       o->max_tokens);
-    if (start_pos < 0 || start_pos + n > st->max_context_len)
-        return qc_errf(err, QC_ERR_RANGE,
-                       "optimized forward: positions %d..%d exceed the state capacity %d",
-                       start_pos, start_pos + n - 1, st->max_context_len);
-    if (st->n_layers != L || st->conv_dim != qc_cfg_conv_dim(c) || st->n_v_heads != c->lin_n_v_heads ||
-        st->k_dim != c->lin_k_dim || st->v_dim != c->lin_v_dim || st->head_dim != c->head_dim ||
-        st->n_kv_heads != c->n_kv_heads || st->conv_kernel != c->conv_kernel)
-        return qc_errf(err, QC_ERR_ARG, "optimized forward: state geometry does not match the model");
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= V)
-            return qc_errf(err, QC_ERR_RANGE, "optimized forward: token %d (id %d) outside [0, %d)",
-                           t, (int)tokens[t], V);
-    int chunk = 0;
-    if (be->opts.dn_kernel == QC_DN_CHUNKED) {
-        chunk = be->opts.chunk_size > 0 ? be->opts.chunk_size : 64;
-        if (chunk > n) chunk = n;
-        if (chunk > o->cmax)
-            return qc_errf(err, QC_ERR_ARG,
-                           "optimized forward: chunk_size %d exceeds the chunk scratch (%d tokens) "
-                           "sized at create",
-                           chunk, o->cmax);
-    }
+    const int H = c->hidden_size;
+    /* the arguments were validated by qc_backend_forward (the call contract, qc_backend.h),
+     * the chunk against be->max_chunk_tokens = o->cmax; this backend's own capacity stays
+     * guarded here (a caller that bypasses the contract gets an error, not an overflow) */
+    const int chunk = be->opts.dn_kernel == QC_DN_CHUNKED
+                          ? (be->opts.chunk_size < n ? be->opts.chunk_size : n)
+                          : 0;
+    if (chunk > o->cmax || n > o->max_tokens)
+        return qc_errf(err, QC_ERR_ARG,
+                       "optimized forward: %d tokens in chunks of %d exceed the scratch sized at "
+                       "create (max_tokens %d, chunk scratch %d tokens)",
+                       n, chunk, o->max_tokens, o->cmax);
     if (QC_OPT_PAR(o, (double)n * H * c->intermediate_size)) {
         /* one parallel region per forward: thread 0 runs the pass, the others help with its
          * jobs (qc_opt_pool.c); passes too small to share any job run inline */
@@ -493,80 +461,177 @@ static void opt_destroy(qc_backend *be) {
     free(be);
 }
 
-static qc_status need(const qc_tensor *t, const char *name, int layer, int64_t d0, int64_t d1,
-                      qc_err *err) {
-    if (t->ndim == 0 || !t->data)
-        return qc_errf(err, QC_ERR_MISSING, "optimized: layer %d: tensor %s missing", layer, name);
-    if (t->shape[0] != d0 || (d1 > 0 && (t->ndim < 2 || t->shape[1] != d1)))
-        return qc_errf(err, QC_ERR_SHAPE,
-                       "optimized: layer %d: %s: shape [%lld, %lld] != [%lld, %lld]", layer, name,
-                       (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
-                       (long long)d0, (long long)d1);
-    return QC_OK;
+/* ---- one layout for counting and allocating ---- */
+
+/* Bump allocator over the one 64-byte-aligned arena of every float buffer; counting when
+ * base == NULL. Each buffer starts on a 64-byte boundary: its size rounded up to 64 bytes (at
+ * least 64). A count that overflows saturates at SIZE_MAX (only a plan of absurd sizes). */
+typedef struct {
+    char *base;
+    size_t used;
+} opt_arena;
+
+static float *take(opt_arena *a, size_t rows, size_t cols) {
+    size_t n, bytes;
+    if (__builtin_mul_overflow(rows, cols, &n) || __builtin_mul_overflow(n, sizeof(float), &bytes) ||
+        __builtin_add_overflow(bytes, (size_t)63, &bytes))
+        bytes = SIZE_MAX;
+    else
+        bytes = bytes < 64 ? 64 : bytes / 64 * 64;
+    float *p = a->base ? (float *)(void *)(a->base + a->used) : NULL;
+    if (__builtin_add_overflow(a->used, bytes, &a->used)) a->used = SIZE_MAX;
+    return p;
 }
 
-static float *widen_copy(qc_opt *o, const qc_tensor *t, size_t count, int plus1) {
-    float *p = opt_alloc(o, count);
-    if (!p) return NULL;
+static int imax(int a, int b) { return a > b ? a : b; }
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* What create derives from the config and the options before any allocation: the kernel
+ * table (its GEMM tile), threads, capacities. */
+static void opt_geometry(qc_opt *o, const qc_config *c, const qc_backend_opts *op) {
+    o->k = qc_opt_kernels_pick();
+    o->nthreads = op->n_threads > 0 ? op->n_threads : omp_get_max_threads();
+    if (o->nthreads < 1) o->nthreads = 1;
+    o->max_tokens = op->max_tokens;
+    /* chunk scratch: chunks of up to max(chunk_size, 256) tokens, never more than a call holds */
+    const int cm = imax(op->chunk_size, 256);
+    o->cmax = cm < op->max_tokens ? cm : op->max_tokens;
+    const int kmax = imax(imax(c->hidden_size, c->intermediate_size),
+                          imax(c->n_heads * c->head_dim, qc_cfg_value_dim(c)));
+    o->kp_max = qc_opt_kpad(kmax);
+}
+
+/* Every float buffer, in one pass: counting (a->base == NULL; only the config and the geometry
+ * are read, o->layers / o->panel / o->th may be NULL) or carving the arena (pointers only: the
+ * values are written by opt_fill). */
+static void opt_layout(qc_opt *o, const qc_config *c, opt_arena *a) {
+    const size_t N = (size_t)o->max_tokens, H = (size_t)c->hidden_size;
+    const size_t I = (size_t)c->intermediate_size, hd = (size_t)c->head_dim;
+    const size_t nh = (size_t)c->n_heads, nkv = (size_t)c->n_kv_heads;
+    const size_t nv = (size_t)c->lin_n_v_heads, dv = (size_t)c->lin_v_dim;
+    const size_t C = (size_t)qc_cfg_conv_dim(c), Kc = (size_t)c->conv_kernel;
+    const size_t NR = (size_t)o->k->gemm_nr, Kp = (size_t)o->kp_max;
+    const size_t rd = (size_t)(c->rotary_dim > 0 ? c->rotary_dim : 1);
+    /* activations (widths: the largest of what shares a buffer, qc_opt_internal.h) */
+    o->h = take(a, N, H);
+    o->xn = take(a, N, H);
+    o->u = take(a, N, H);
+    o->mix = take(a, N, zmax(zmax(C, 2 * nh * hd), I));
+    o->zb = take(a, N, zmax(nv * dv, I));
+    o->act = take(a, N, zmax(C, nh * hd));
+    o->ob = take(a, N, zmax(nv * dv, nh * hd));
+    o->kb = take(a, N, nkv * hd);
+    o->vb = take(a, N, nkv * hd);
+    o->bab = take(a, N, 2 * nv);
+    o->rope = take(a, N, rd);
+    o->est = take(a, Kc, C);
+    o->xpack = take(a, (N + NR - 1) / NR, Kp * NR);
+    o->inv_freq = take(a, 1, (size_t)(c->rotary_dim / 2 + 1));
+    /* per thread: a GEMM weight panel and the DeltaNet chunk scratch */
+    for (int t = 0; t < o->nthreads; t++) {
+        float *panel = take(a, Kp, QC_OPT_MR_MAX);
+        float *dn = take(a, 1, qc_opt_dn_thread_floats(c, o->cmax));
+        if (a->base) {
+            o->panel[t] = panel;
+            qc_opt_dn_thread_init(&o->th[t], c, o->cmax, dn);
+        }
+    }
+    /* the fp32 copies of the small weights */
+    for (int l = 0; l < c->n_layers; l++) {
+        qc_opt_layer counted, *ly = o->layers ? &o->layers[l] : &counted;
+        ly->in_norm1p = take(a, 1, H);
+        ly->post_norm1p = take(a, 1, H);
+        if (c->layer_types[l] == QC_LAYER_FULL) {
+            ly->q_norm1p = take(a, 1, hd);
+            ly->k_norm1p = take(a, 1, hd);
+        } else {
+            ly->dt_bias = take(a, 1, nv);
+            ly->lin_norm = take(a, 1, dv);
+            ly->neg_expA = take(a, 1, nv);
+            ly->conv_wT = take(a, Kc, C);
+        }
+    }
+    o->final_norm1p = take(a, 1, H);
+}
+
+/* dst[i] = (plus1 ? 1 + t[i] : t[i]) widened to fp32 */
+static void widen(float *dst, const qc_tensor *t, size_t count, int plus1) {
     for (size_t i = 0; i < count; i++) {
         float v = qc_tensor_get(t, i);
-        p[i] = plus1 ? 1.0f + v : v;
+        dst[i] = plus1 ? 1.0f + v : v;
     }
-    return p;
+}
+
+/* The values (allocating pass only): fp32 small weights from m, the RoPE frequencies. */
+static void opt_fill(qc_opt *o, const qc_model *m) {
+    const qc_config *c = &m->cfg;
+    const int H = c->hidden_size, hd = c->head_dim, nv = c->lin_n_v_heads, dv = c->lin_v_dim;
+    const int C = qc_cfg_conv_dim(c), Kc = c->conv_kernel;
+    for (int l = 0; l < c->n_layers; l++) {
+        const qc_layer_weights *w = &m->layers[l];
+        qc_opt_layer *ly = &o->layers[l];
+        widen(ly->in_norm1p, &w->input_norm, (size_t)H, 1);
+        widen(ly->post_norm1p, &w->post_norm, (size_t)H, 1);
+        if (c->layer_types[l] == QC_LAYER_FULL) {
+            widen(ly->q_norm1p, &w->q_norm, (size_t)hd, 1);
+            widen(ly->k_norm1p, &w->k_norm, (size_t)hd, 1);
+        } else {
+            widen(ly->dt_bias, &w->dt_bias, (size_t)nv, 0);
+            widen(ly->lin_norm, &w->lin_norm, (size_t)dv, 0);
+            for (int h = 0; h < nv; h++) ly->neg_expA[h] = -expf(qc_tensor_get(&w->A_log, h));
+            for (int c_ = 0; c_ < C; c_++)
+                for (int j = 0; j < Kc; j++)
+                    ly->conv_wT[(size_t)j * C + c_] = qc_tensor_get(&w->conv1d, (size_t)c_ * Kc + j);
+        }
+    }
+    widen(o->final_norm1p, &m->final_norm, (size_t)H, 1);
+    for (int i = 0; i < c->rotary_dim / 2; i++) {
+        const float expo = (float)(2 * i) / (float)c->rotary_dim;
+        o->inv_freq[i] = 1.0f / powf((float)c->rope_theta, expo);
+    }
+}
+
+/* Every byte create allocates: the backend, qc_opt, its layer / panel / thread tables, the job
+ * board (qc_opt_pool_init: one qc_opt_range per thread) and the arena. SIZE_MAX on overflow. */
+static size_t opt_bytes(const qc_opt *o, const qc_config *c, size_t arena_bytes) {
+    const size_t T = (size_t)o->nthreads;
+    size_t total = sizeof(qc_backend) + sizeof(qc_opt), part;
+    const size_t per_thread = sizeof(float *) + sizeof(qc_opt_thread) + sizeof(qc_opt_range);
+    int ovf = __builtin_mul_overflow((size_t)c->n_layers, sizeof(qc_opt_layer), &part) ||
+              __builtin_add_overflow(total, part, &total) ||
+              __builtin_mul_overflow(T, per_thread, &part) ||
+              __builtin_add_overflow(total, part, &total) ||
+              __builtin_add_overflow(total, arena_bytes, &total);
+    return ovf ? SIZE_MAX : total;
+}
+
+static void opts_or_default(const qc_backend_opts *op, qc_backend_opts *out) {
+    if (op) *out = *op;
+    else qc_backend_opts_default(out);
+}
+
+size_t qc_optimized_scratch_bytes(const qc_config *c, const qc_backend_opts *op) {
+    qc_backend_opts opts;
+    opts_or_default(op, &opts);
+    if (!c || opts.max_tokens < 1 || qc_memplan_check_config(c, NULL) != QC_OK) return SIZE_MAX;
+    qc_opt o0;
+    memset(&o0, 0, sizeof o0); /* no tables: counting only */
+    opt_geometry(&o0, c, &opts);
+    if (o0.cmax > (1 << 28)) return SIZE_MAX; /* keeps the [cmax]^2 chunk terms in 64 bits */
+    opt_arena a = {NULL, 0};
+    opt_layout(&o0, c, &a);
+    return a.used == SIZE_MAX ? SIZE_MAX : opt_bytes(&o0, c, a.used);
 }
 
 qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc_backend **out,
                               qc_err *err) {
-    if (!out) return qc_errf(err, QC_ERR_ARG, "optimized: NULL out");
+    if (!out) return qc_errf(err, QC_ERR_ARG, "create: out is NULL");
     *out = NULL;
-    if (!m) return qc_errf(err, QC_ERR_ARG, "optimized: NULL model");
-    qc_backend_opts def;
-    qc_backend_opts_default(&def);
-    const qc_backend_opts *op = opts ? opts : &def;
-    if (op->max_tokens < 1)
-        return qc_errf(err, QC_ERR_ARG, "optimized: max_tokens %d < 1", op->max_tokens);
+    qc_backend_opts op;
+    opts_or_default(opts, &op);
+    qc_status s = qc_backend_check_create(m, &op, err); /* the shared model + options check */
+    if (s) return s;
     const qc_config *c = &m->cfg;
-    const int H = c->hidden_size, I = c->intermediate_size, L = c->n_layers, V = c->vocab_size;
-    const int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
-    const int nk = c->lin_n_k_heads, nv = c->lin_n_v_heads, dv = c->lin_v_dim;
-    const int C = qc_cfg_conv_dim(c), Kc = c->conv_kernel, N = op->max_tokens;
-    if (nkv <= 0 || nh % nkv || nk <= 0 || nv % nk || c->rotary_dim % 2 || c->rotary_dim > hd)
-        return qc_errf(err, QC_ERR_ARG, "optimized: inconsistent head geometry in the config");
-
-    /* ---- validate the tensors the forward pass reads ---- */
-    qc_status s;
-    if ((s = need(&m->embed, "embed_tokens", -1, V, H, err))) return s;
-    if ((s = need(&m->lm_head, "lm_head", -1, V, H, err))) return s;
-    if ((s = need(&m->final_norm, "norm", -1, H, 0, err))) return s;
-    for (int l = 0; l < L; l++) {
-        const qc_layer_weights *w = &m->layers[l];
-        if ((s = need(&w->input_norm, "input_layernorm", l, H, 0, err))) return s;
-        if ((s = need(&w->post_norm, "post_attention_layernorm", l, H, 0, err))) return s;
-        if ((s = need(&w->mlp_gate, "mlp.gate_proj", l, I, H, err))) return s;
-        if ((s = need(&w->mlp_up, "mlp.up_proj", l, I, H, err))) return s;
-        if ((s = need(&w->mlp_down, "mlp.down_proj", l, H, I, err))) return s;
-        if (c->layer_types[l] == QC_LAYER_FULL) {
-            if ((s = need(&w->q_proj, "q_proj", l, 2 * nh * hd, H, err))) return s;
-            if ((s = need(&w->k_proj, "k_proj", l, nkv * hd, H, err))) return s;
-            if ((s = need(&w->v_proj, "v_proj", l, nkv * hd, H, err))) return s;
-            if ((s = need(&w->o_proj, "o_proj", l, H, nh * hd, err))) return s;
-            if ((s = need(&w->q_norm, "q_norm", l, hd, 0, err))) return s;
-            if ((s = need(&w->k_norm, "k_norm", l, hd, 0, err))) return s;
-        } else {
-            if ((s = need(&w->in_proj_qkv, "in_proj_qkv", l, C, H, err))) return s;
-            if ((s = need(&w->in_proj_z, "in_proj_z", l, nv * dv, H, err))) return s;
-            if ((s = need(&w->in_proj_b, "in_proj_b", l, nv, H, err))) return s;
-            if ((s = need(&w->in_proj_a, "in_proj_a", l, nv, H, err))) return s;
-            if ((s = need(&w->conv1d, "conv1d", l, C, 0, err))) return s;
-            if (qc_tensor_numel(&w->conv1d) != (size_t)C * Kc)
-                return qc_errf(err, QC_ERR_SHAPE, "optimized: layer %d: conv1d has %zu elements != %d",
-                               l, qc_tensor_numel(&w->conv1d), C * Kc);
-            if ((s = need(&w->dt_bias, "dt_bias", l, nv, 0, err))) return s;
-            if ((s = need(&w->A_log, "A_log", l, nv, 0, err))) return s;
-            if ((s = need(&w->lin_norm, "norm", l, dv, 0, err))) return s;
-            if ((s = need(&w->out_proj, "out_proj", l, H, nv * dv, err))) return s;
-        }
-    }
 
     qc_opt *o = calloc(1, sizeof *o);
     qc_backend *be = qc_backend_alloc();
@@ -576,103 +641,46 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
         return qc_errf(err, QC_ERR_OOM, "optimized: out of memory");
     }
     o->m = m;
-    o->k = qc_opt_kernels_pick();
-    o->nthreads = op->n_threads > 0 ? op->n_threads : omp_get_max_threads();
-    if (o->nthreads < 1) o->nthreads = 1;
-    o->max_tokens = N;
+    opt_geometry(o, c, &op);
     o->gemm_min = 8;
     o->par_min = 1 << 16;
     const char *pm = getenv("QC_OPT_PAR_MIN");
     if (pm && *pm) o->par_min = atof(pm);
     const char *gm = getenv("QC_OPT_GEMM_MIN");
     if (gm && *gm) o->gemm_min = atoi(gm) > 0 ? atoi(gm) : 1;
-    int cm = op->chunk_size > 256 ? op->chunk_size : 256;
-    o->cmax = cm < N ? cm : N;
-    int kmax = H;
-    if (I > kmax) kmax = I;
-    if (nh * hd > kmax) kmax = nh * hd;
-    if (nv * dv > kmax) kmax = nv * dv;
-    o->kp_max = qc_opt_kpad(kmax);
     snprintf(o->desc, sizeof o->desc, "optimized (%s, %d thread%s)", o->k->isa, o->nthreads,
              o->nthreads == 1 ? "" : "s");
 
-    const int T = o->nthreads, NR = o->k->gemm_nr;
-    int wmix = C > 2 * nh * hd ? C : 2 * nh * hd;
-    if (I > wmix) wmix = I;
-    int wz = nv * dv > I ? nv * dv : I;
-    int wact = C > nh * hd ? C : nh * hd;
-    int wob = nv * dv > nh * hd ? nv * dv : nh * hd;
-    int ok = 1;
-#define A(ptr, count)                                  \
-    do {                                               \
-        if (!((ptr) = opt_alloc(o, (size_t)(count)))) ok = 0; \
-    } while (0)
-    o->layers = calloc((size_t)L, sizeof *o->layers);
+    /* count, allocate, carve, fill: the same layout as qc_optimized_scratch_bytes */
+    const int T = o->nthreads;
+    opt_arena a = {NULL, 0};
+    opt_layout(o, c, &a);
+    o->layers = calloc((size_t)c->n_layers, sizeof *o->layers);
     o->panel = calloc((size_t)T, sizeof *o->panel);
     o->th = calloc((size_t)T, sizeof *o->th);
-    if (!o->layers || !o->panel || !o->th || qc_opt_pool_init(&o->pool, T)) ok = 0;
-    if (ok) {
-        A(o->h, (size_t)N * H);
-        A(o->xn, (size_t)N * H);
-        A(o->u, (size_t)N * H);
-        A(o->mix, (size_t)N * wmix);
-        A(o->zb, (size_t)N * wz);
-        A(o->act, (size_t)N * wact);
-        A(o->ob, (size_t)N * wob);
-        A(o->kb, (size_t)N * nkv * hd);
-        A(o->vb, (size_t)N * nkv * hd);
-        A(o->bab, (size_t)N * 2 * nv);
-        A(o->rope, (size_t)N * (c->rotary_dim > 0 ? c->rotary_dim : 1));
-        A(o->est, (size_t)Kc * C);
-        A(o->xpack, (size_t)((N + NR - 1) / NR) * o->kp_max * NR);
-        A(o->inv_freq, (size_t)(c->rotary_dim / 2 + 1));
-        for (int t = 0; t < T && ok; t++) {
-            A(o->panel[t], (size_t)o->kp_max * QC_OPT_MR_MAX);
-            float *buf;
-            A(buf, qc_opt_dn_thread_floats(c, o->cmax));
-            if (ok) qc_opt_dn_thread_init(&o->th[t], c, o->cmax, buf);
-        }
-    }
-#undef A
-    /* small weights in fp32 */
-    for (int l = 0; l < L && ok; l++) {
-        const qc_layer_weights *w = &m->layers[l];
-        qc_opt_layer *ly = &o->layers[l];
-        if (!(ly->in_norm1p = widen_copy(o, &w->input_norm, H, 1))) ok = 0;
-        if (!(ly->post_norm1p = widen_copy(o, &w->post_norm, H, 1))) ok = 0;
-        if (c->layer_types[l] == QC_LAYER_FULL) {
-            if (!(ly->q_norm1p = widen_copy(o, &w->q_norm, hd, 1))) ok = 0;
-            if (!(ly->k_norm1p = widen_copy(o, &w->k_norm, hd, 1))) ok = 0;
-        } else {
-            if (!(ly->dt_bias = widen_copy(o, &w->dt_bias, nv, 0))) ok = 0;
-            if (!(ly->lin_norm = widen_copy(o, &w->lin_norm, dv, 0))) ok = 0;
-            if (!(ly->neg_expA = opt_alloc(o, nv))) ok = 0;
-            if (!(ly->conv_wT = opt_alloc(o, (size_t)Kc * C))) ok = 0;
-            if (!ok) break;
-            for (int h = 0; h < nv; h++) ly->neg_expA[h] = -expf(qc_tensor_get(&w->A_log, h));
-            for (int c_ = 0; c_ < C; c_++)
-                for (int j = 0; j < Kc; j++)
-                    ly->conv_wT[(size_t)j * C + c_] = qc_tensor_get(&w->conv1d, (size_t)c_ * Kc + j);
-        }
-    }
-    if (ok && !(o->final_norm1p = widen_copy(o, &m->final_norm, H, 1))) ok = 0;
-    if (!ok) {
+    if (a.used != SIZE_MAX) o->arena = aligned_alloc(64, a.used); /* a multiple of 64 */
+    if (!o->layers || !o->panel || !o->th || !o->arena || qc_opt_pool_init(&o->pool, T)) {
+        size_t mb = opt_bytes(o, c, a.used) >> 20;
         opt_free(o);
         free(be);
-        return qc_errf(err, QC_ERR_OOM, "optimized: cannot allocate the scratch for max_tokens %d", N);
+        return qc_errf(err, QC_ERR_OOM,
+                       "optimized: cannot allocate %zu MiB of scratch for max_tokens %d", mb,
+                       op.max_tokens);
     }
-    for (int i = 0; i < c->rotary_dim / 2; i++) {
-        const float expo = (float)(2 * i) / (float)c->rotary_dim;
-        o->inv_freq[i] = 1.0f / powf((float)c->rope_theta, expo);
-    }
+    memset(o->arena, 0, a.used);
+    a.base = o->arena;
+    a.used = 0;
+    opt_layout(o, c, &a);
+    opt_fill(o, m);
 
     be->name = "optimized";
     be->model = m;
-    be->opts = *op;
+    be->opts = op;
     be->impl = o;
     be->forward = opt_forward;
     be->destroy = opt_destroy;
     be->describe = opt_describe;
+    be->max_chunk_tokens = o->cmax; /* the call contract checks min(chunk_size, n) against it */
     *out = be;
     return QC_OK;
 }

@@ -105,8 +105,7 @@ typedef struct {
     qc_opt_thread *th; /* [nthreads] */
     qc_opt_pool pool;  /* job board (valid while pool_active) */
     int pool_active;   /* 1 inside a forward running with helper threads */
-    void **blocks; /* every allocation, for destroy */
-    int n_blocks, cap_blocks;
+    void *arena;   /* every float buffer above: one 64-byte-aligned allocation (create's layout) */
 } qc_opt;
 
 /* 1 when `work` (about one multiply-add per unit) is worth waking the other threads: on a busy

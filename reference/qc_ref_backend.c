@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "qc/qc_backend.h"
+#include "qc/qc_memplan.h"
 #include "qc/qc_reference.h"
 #include "qc_ref_blocks.h"
 #include "qc_ref_deltanet.h"
@@ -59,113 +60,8 @@ typedef struct {
 } ref_impl;
 
 /* ===================================================================================== */
-/* Create: validation of the model's tensors                                              */
-/* ===================================================================================== */
-
-/* t must be present with the given shape (d1/d2 < 0: that dimension is absent). */
-static qc_status check_tensor(const qc_tensor *t, const char *name, int layer, int64_t d0,
-                              int64_t d1, int64_t d2, qc_err *err) {
-    char where[96];
-    if (layer >= 0)
-        snprintf(where, sizeof where, "layers.%d.%s", layer, name);
-    else
-        snprintf(where, sizeof where, "%s", name);
-    const int ndim = d2 >= 0 ? 3 : (d1 >= 0 ? 2 : 1);
-    if (t->ndim == 0 || t->data == NULL)
-        return qc_errf(err, QC_ERR_MISSING, "reference backend: %s: tensor missing", where);
-    if (t->dtype != QC_F32 && t->dtype != QC_BF16 && t->dtype != QC_F16)
-        return qc_errf(err, QC_ERR_UNSUPPORTED, "reference backend: %s: unsupported dtype %d",
-                       where, (int)t->dtype);
-    const int64_t want[3] = {d0, d1, d2};
-    int ok = (t->ndim == ndim);
-    for (int i = 0; ok && i < ndim; i++) ok = (t->shape[i] == want[i]);
-    if (!ok)
-        return qc_errf(err, QC_ERR_SHAPE,
-                       "reference backend: %s: shape (ndim %d) [%lld,%lld,%lld] != [%lld,%lld,%lld]",
-                       where, t->ndim, (long long)t->shape[0],
-                       (long long)(t->ndim > 1 ? t->shape[1] : -1),
-                       (long long)(t->ndim > 2 ? t->shape[2] : -1), (long long)d0, (long long)d1,
-                       (long long)d2);
-    return QC_OK;
-}
-
-static qc_status check_model(const qc_model *m, qc_err *err) {
-    const qc_config *c = &m->cfg;
-    const int H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
-    if (c->n_layers < 1 || c->n_layers > QC_MAX_LAYERS || H < 1 || I < 1 || V < 1)
-        return qc_errf(err, QC_ERR_ARG, "reference backend: config: bad sizes (L %d, H %d, I %d, V %d)",
-                       c->n_layers, H, I, V);
-    qc_status s;
-    if ((s = check_tensor(&m->embed, "embed_tokens.weight", -1, V, H, -1, err))) return s;
-    if ((s = check_tensor(&m->final_norm, "norm.weight", -1, H, -1, -1, err))) return s;
-    if ((s = check_tensor(&m->lm_head, "lm_head.weight", -1, V, H, -1, err))) return s;
-    int any_full = 0, any_linear = 0;
-    for (int i = 0; i < c->n_layers; i++) {
-        const qc_layer_weights *w = &m->layers[i];
-        if ((s = check_tensor(&w->input_norm, "input_layernorm.weight", i, H, -1, -1, err))) return s;
-        if ((s = check_tensor(&w->post_norm, "post_attention_layernorm.weight", i, H, -1, -1, err))) return s;
-        if ((s = check_tensor(&w->mlp_gate, "mlp.gate_proj.weight", i, I, H, -1, err))) return s;
-        if ((s = check_tensor(&w->mlp_up, "mlp.up_proj.weight", i, I, H, -1, err))) return s;
-        if ((s = check_tensor(&w->mlp_down, "mlp.down_proj.weight", i, H, I, -1, err))) return s;
-        if (c->layer_types[i] == QC_LAYER_FULL) {
-            const int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
-            any_full = 1;
-            if ((s = check_tensor(&w->q_proj, "self_attn.q_proj.weight", i, 2 * nh * hd, H, -1, err))) return s;
-            if ((s = check_tensor(&w->k_proj, "self_attn.k_proj.weight", i, nkv * hd, H, -1, err))) return s;
-            if ((s = check_tensor(&w->v_proj, "self_attn.v_proj.weight", i, nkv * hd, H, -1, err))) return s;
-            if ((s = check_tensor(&w->o_proj, "self_attn.o_proj.weight", i, H, nh * hd, -1, err))) return s;
-            if ((s = check_tensor(&w->q_norm, "self_attn.q_norm.weight", i, hd, -1, -1, err))) return s;
-            if ((s = check_tensor(&w->k_norm, "self_attn.k_norm.weight", i, hd, -1, -1, err))) return s;
-        } else {
-            const int nv = c->lin_n_v_heads, dv = c->lin_v_dim, C = qc_cfg_conv_dim(c);
-            any_linear = 1;
-            if ((s = check_tensor(&w->in_proj_qkv, "linear_attn.in_proj_qkv.weight", i, C, H, -1, err))) return s;
-            if ((s = check_tensor(&w->in_proj_z, "linear_attn.in_proj_z.weight", i, nv * dv, H, -1, err))) return s;
-            if ((s = check_tensor(&w->in_proj_b, "linear_attn.in_proj_b.weight", i, nv, H, -1, err))) return s;
-            if ((s = check_tensor(&w->in_proj_a, "linear_attn.in_proj_a.weight", i, nv, H, -1, err))) return s;
-            if ((s = check_tensor(&w->conv1d, "linear_attn.conv1d.weight", i, C, 1, c->conv_kernel, err))) return s;
-            if ((s = check_tensor(&w->dt_bias, "linear_attn.dt_bias", i, nv, -1, -1, err))) return s;
-            if ((s = check_tensor(&w->A_log, "linear_attn.A_log", i, nv, -1, -1, err))) return s;
-            if ((s = check_tensor(&w->lin_norm, "linear_attn.norm.weight", i, dv, -1, -1, err))) return s;
-            if ((s = check_tensor(&w->out_proj, "linear_attn.out_proj.weight", i, H, nv * dv, -1, err))) return s;
-        }
-    }
-    if (any_full && (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0 ||
-                     c->head_dim < 1 || c->rotary_dim < 0 || c->rotary_dim % 2 != 0 ||
-                     c->rotary_dim > c->head_dim))
-        return qc_errf(err, QC_ERR_ARG,
-                       "reference backend: config: bad attention geometry (heads %d, kv heads %d, "
-                       "head_dim %d, rotary_dim %d)",
-                       c->n_heads, c->n_kv_heads, c->head_dim, c->rotary_dim);
-    if (any_linear && (c->lin_n_k_heads < 1 || c->lin_n_v_heads < 1 ||
-                       c->lin_n_v_heads % c->lin_n_k_heads != 0 || c->lin_k_dim < 1 ||
-                       c->lin_v_dim < 1 || c->conv_kernel < 1))
-        return qc_errf(err, QC_ERR_ARG,
-                       "reference backend: config: bad DeltaNet geometry (k heads %d, v heads %d, "
-                       "dk %d, dv %d, conv kernel %d)",
-                       c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim, c->conv_kernel);
-    return QC_OK;
-}
-
-/* ===================================================================================== */
 /* Forward                                                                                */
 /* ===================================================================================== */
-
-static qc_status ref_check_state(const qc_config *c, const qc_state *st, qc_err *err) {
-    int ok = st->n_layers == c->n_layers && st->conv_kernel == c->conv_kernel &&
-             st->conv_dim == qc_cfg_conv_dim(c) && st->n_v_heads == c->lin_n_v_heads &&
-             st->k_dim == c->lin_k_dim && st->v_dim == c->lin_v_dim &&
-             st->n_kv_heads == c->n_kv_heads && st->head_dim == c->head_dim;
-    for (int i = 0; ok && i < c->n_layers; i++) {
-        if (c->layer_types[i] == QC_LAYER_FULL)
-            ok = st->k_cache[i] != NULL && st->v_cache[i] != NULL;
-        else
-            ok = st->conv_state[i] != NULL && st->recurrent_state[i] != NULL;
-    }
-    if (!ok)
-        return qc_errf(err, QC_ERR_ARG, "reference forward: state geometry does not match the model");
-    return QC_OK;
-}
 
 static void trace(const qc_backend *be, int index, int start_pos, int n, int dim, const float *d) {
     if (be->opts.trace) be->opts.trace(be->opts.trace_user, index, "hidden", start_pos, n, dim, d);
@@ -177,32 +73,9 @@ static qc_status ref_forward(qc_backend *be, const int32_t *tokens, int n, int s
     const qc_config *c = R->cfg;
     const int H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, L = c->n_layers;
 
-    /* ---- validation: nothing is touched before all of it passes ---- */
-    if (tokens == NULL || st == NULL)
-        return qc_errf(err, QC_ERR_ARG, "reference forward: tokens or state is NULL");
-    if (n < 1)
-        return qc_errf(err, QC_ERR_RANGE, "reference forward: n = %d tokens (need >= 1)", n);
-    if (n > R->max_tokens) /* the capacity fixed at create, whatever opts says now */
-        return qc_errf(err, QC_ERR_RANGE, "reference forward: n = %d tokens > max_tokens %d", n,
-                       R->max_tokens);
-    if (start_pos < 0)
-        return qc_errf(err, QC_ERR_RANGE, "reference forward: start_pos %d < 0", start_pos);
-    if ((int64_t)start_pos + n > st->max_context_len)
-        return qc_errf(err, QC_ERR_RANGE,
-                       "reference forward: start_pos %d + n %d > max_context_len %d", start_pos, n,
-                       st->max_context_len);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= V)
-            return qc_errf(err, QC_ERR_RANGE,
-                           "reference forward: token %d has id %d outside the vocabulary [0, %d)",
-                           t, (int)tokens[t], V);
+    /* the arguments were validated by qc_backend_forward (the call contract, qc_backend.h) */
+    (void)err;
     const int use_chunked = be->opts.dn_kernel == QC_DN_CHUNKED;
-    if (be->opts.dn_kernel != QC_DN_CHUNKED && be->opts.dn_kernel != QC_DN_RECURRENT)
-        return qc_errf(err, QC_ERR_ARG, "reference forward: unknown dn_kernel %d", (int)be->opts.dn_kernel);
-    if (use_chunked && be->opts.chunk_size < 1)
-        return qc_errf(err, QC_ERR_ARG, "reference forward: chunk_size %d < 1", be->opts.chunk_size);
-    qc_status s = ref_check_state(c, st, err);
-    if (s) return s;
 
     /* ---- embeddings ---- */
     qc_ref_embedding(R->h, tokens, n, H, &be->model->embed, R->row);
@@ -267,7 +140,8 @@ static void ref_destroy(qc_backend *be) {
     free(be);
 }
 
-/* Bump allocator over a float arena (counts when base == NULL). */
+/* Bump allocator over a float arena (counts when base == NULL). A count that overflows
+ * saturates at SIZE_MAX (only a memory plan of absurd sizes can get there). */
 typedef struct {
     float *base;
     size_t used;
@@ -275,31 +149,38 @@ typedef struct {
 
 static float *take(arena *a, size_t count) {
     float *p = a->base ? a->base + a->used : NULL;
-    a->used += count;
+    if (__builtin_add_overflow(a->used, count, &a->used)) a->used = SIZE_MAX;
     return p;
+}
+
+/* rows x cols floats (rows: the token count, the factor that can be huge in a plan) */
+static float *take2(arena *a, size_t rows, size_t cols) {
+    size_t count;
+    if (__builtin_mul_overflow(rows, cols, &count)) count = SIZE_MAX;
+    return take(a, count);
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-/* Owned fp32 small weights (two passes: count, then carve + widen). */
-static void layout_owned(ref_impl *R, const qc_model *m, arena *a) {
-    const qc_config *c = &m->cfg;
+/* Owned fp32 small weights. One function for both passes: counting (a->base == NULL: only the
+ * config is read; m may be NULL, R->layers may be NULL), then carving + widening from m. */
+static void layout_owned(ref_impl *R, const qc_config *c, const qc_model *m, arena *a) {
     const size_t H = (size_t)c->hidden_size;
     for (int i = 0; i < c->n_layers; i++) {
-        ref_layer *ly = &R->layers[i];
-        const qc_layer_weights *w = &m->layers[i];
+        ref_layer counted, *ly = R->layers ? &R->layers[i] : &counted;
         ly->input_norm = take(a, H);
         ly->post_norm = take(a, H);
         if (c->layer_types[i] == QC_LAYER_FULL) {
             ly->q_norm = take(a, (size_t)c->head_dim);
             ly->k_norm = take(a, (size_t)c->head_dim);
         } else {
-            ly->conv_w = take(a, (size_t)qc_cfg_conv_dim(c) * c->conv_kernel);
+            ly->conv_w = take2(a, (size_t)qc_cfg_conv_dim(c), (size_t)c->conv_kernel);
             ly->A_log = take(a, (size_t)c->lin_n_v_heads);
             ly->dt_bias = take(a, (size_t)c->lin_n_v_heads);
             ly->lin_norm = take(a, (size_t)c->lin_v_dim);
         }
         if (a->base) {
+            const qc_layer_weights *w = &m->layers[i];
             qc_ref_tensor_widen(&w->input_norm, ly->input_norm);
             qc_ref_tensor_widen(&w->post_norm, ly->post_norm);
             if (c->layer_types[i] == QC_LAYER_FULL) {
@@ -327,50 +208,80 @@ static void layout_scratch(ref_impl *R, const qc_config *c, int NT_, arena *a) {
     const size_t qdim = (size_t)c->n_heads * c->head_dim, kvdim = (size_t)c->n_kv_heads * c->head_dim;
     const size_t key_dim = (size_t)qc_cfg_key_dim(c), value_dim = (size_t)qc_cfg_value_dim(c);
     const size_t C = (size_t)qc_cfg_conv_dim(c), nv = (size_t)c->lin_n_v_heads;
-    R->h = take(a, NT * H);
-    R->u = take(a, NT * H);
-    R->y = take(a, NT * H);
-    R->mlp_gate = take(a, NT * I);
-    R->mlp_up = take(a, NT * I);
+    R->h = take2(a, NT, H);
+    R->u = take2(a, NT, H);
+    R->y = take2(a, NT, H);
+    R->mlp_gate = take2(a, NT, I);
+    R->mlp_up = take2(a, NT, I);
     R->row = take(a, max_sz(max_sz(H, I), max_sz(qdim, value_dim)));
-    R->attn.qg = take(a, NT * 2 * qdim);
-    R->attn.q = take(a, NT * qdim);
-    R->attn.k = take(a, NT * kvdim);
-    R->attn.v = take(a, NT * kvdim);
-    R->attn.attn = take(a, NT * qdim);
+    R->attn.qg = take2(a, NT, 2 * qdim);
+    R->attn.q = take2(a, NT, qdim);
+    R->attn.k = take2(a, NT, kvdim);
+    R->attn.v = take2(a, NT, kvdim);
+    R->attn.attn = take2(a, NT, qdim);
     R->attn.row = R->row;
-    R->dn.mixed = take(a, NT * C);
-    R->dn.conv = take(a, NT * C);
-    R->dn.q = take(a, NT * key_dim);
-    R->dn.k = take(a, NT * key_dim);
-    R->dn.v = take(a, NT * value_dim);
-    R->dn.z = take(a, NT * value_dim);
-    R->dn.b = take(a, NT * nv);
-    R->dn.a = take(a, NT * nv);
-    R->dn.o = take(a, NT * value_dim);
+    R->dn.mixed = take2(a, NT, C);
+    R->dn.conv = take2(a, NT, C);
+    R->dn.q = take2(a, NT, key_dim);
+    R->dn.k = take2(a, NT, key_dim);
+    R->dn.v = take2(a, NT, value_dim);
+    R->dn.z = take2(a, NT, value_dim);
+    R->dn.b = take2(a, NT, nv);
+    R->dn.a = take2(a, NT, nv);
+    R->dn.o = take2(a, NT, value_dim);
     R->dn.row = R->row;
     const qc_ref_dn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim};
     float *chunk_buf = take(a, qc_ref_dn_scratch_floats(&dims, NT_));
     if (a->base) qc_ref_dn_scratch_init(&R->dn.chunk, &dims, NT_, chunk_buf);
 }
 
+/* The two arenas' sizes in floats for max_tokens NT: the counting pass of the very layout code
+ * create carves with. */
+typedef struct {
+    size_t owned, scratch;
+} ref_sizes;
+
+static ref_sizes ref_count(const qc_config *c, int NT) {
+    ref_impl R0;
+    memset(&R0, 0, sizeof R0); /* R0.layers NULL: counting only */
+    arena a = {NULL, 0}, b = {NULL, 0};
+    layout_owned(&R0, c, NULL, &a);
+    layout_scratch(&R0, c, NT, &b);
+    return (ref_sizes){a.used, b.used};
+}
+
+/* Every byte create allocates (the backend, its impl and layer table, the two arenas);
+ * SIZE_MAX when that overflows. */
+static size_t ref_bytes(const qc_config *c, ref_sizes z) {
+    size_t total = sizeof(qc_backend) + sizeof(ref_impl), part;
+    int ovf = __builtin_mul_overflow((size_t)c->n_layers, sizeof(ref_layer), &part) ||
+              __builtin_add_overflow(total, part, &total) ||
+              __builtin_mul_overflow(z.owned, sizeof(float), &part) ||
+              __builtin_add_overflow(total, part, &total) ||
+              __builtin_mul_overflow(z.scratch, sizeof(float), &part) ||
+              __builtin_add_overflow(total, part, &total);
+    return ovf ? SIZE_MAX : total;
+}
+
+static void opts_or_default(const qc_backend_opts *o, qc_backend_opts *out) {
+    if (o) *out = *o;
+    else qc_backend_opts_default(out);
+}
+
+size_t qc_reference_scratch_bytes(const qc_config *c, const qc_backend_opts *o) {
+    qc_backend_opts opts;
+    opts_or_default(o, &opts);
+    if (!c || opts.max_tokens < 1 || qc_memplan_check_config(c, NULL) != QC_OK) return SIZE_MAX;
+    return ref_bytes(c, ref_count(c, opts.max_tokens));
+}
+
 qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
                               qc_err *err) {
-    if (!out) return qc_errf(err, QC_ERR_ARG, "reference backend: out is NULL");
+    if (!out) return qc_errf(err, QC_ERR_ARG, "create: out is NULL");
     *out = NULL;
-    if (!m) return qc_errf(err, QC_ERR_ARG, "reference backend: model is NULL");
     qc_backend_opts opts;
-    if (o) {
-        opts = *o;
-    } else {
-        memset(&opts, 0, sizeof opts);
-        opts.dn_kernel = QC_DN_CHUNKED;
-        opts.chunk_size = 64;
-        opts.max_tokens = 128;
-    }
-    if (opts.max_tokens < 1)
-        return qc_errf(err, QC_ERR_ARG, "reference backend: max_tokens %d < 1", opts.max_tokens);
-    qc_status s = check_model(m, err);
+    opts_or_default(o, &opts);
+    qc_status s = qc_backend_check_create(m, &opts, err); /* the shared model + options check */
     if (s) return s;
     const qc_config *c = &m->cfg;
 
@@ -391,27 +302,23 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
     be->forward = ref_forward;
     be->destroy = ref_destroy;
     be->describe = ref_describe;
+    be->max_chunk_tokens = 0; /* the chunk scratch holds max_tokens: any min(chunk_size, n) */
     R->cfg = c;
     R->max_tokens = opts.max_tokens;
 
-    arena a = {NULL, 0};
-    layout_owned(R, m, &a);
-    R->owned = calloc(a.used, sizeof(float));
-    arena b = {NULL, 0};
-    layout_scratch(R, c, opts.max_tokens, &b);
-    R->scratch = calloc(b.used, sizeof(float));
+    /* count, allocate, carve (+ widen): the same layout functions as qc_reference_scratch_bytes */
+    const ref_sizes z = ref_count(c, opts.max_tokens);
+    R->owned = calloc(z.owned, sizeof(float));
+    R->scratch = calloc(z.scratch, sizeof(float));
     if (!R->owned || !R->scratch) {
-        size_t mb = (a.used + b.used) * sizeof(float) >> 20;
+        size_t mb = ref_bytes(c, z) >> 20;
         ref_destroy(be);
         return qc_errf(err, QC_ERR_OOM,
                        "reference backend: cannot allocate %zu MiB of scratch for max_tokens %d",
                        mb, opts.max_tokens);
     }
-    a.base = R->owned;
-    a.used = 0;
-    layout_owned(R, m, &a);
-    b.base = R->scratch;
-    b.used = 0;
+    arena a = {R->owned, 0}, b = {R->scratch, 0};
+    layout_owned(R, c, m, &a);
     layout_scratch(R, c, opts.max_tokens, &b);
 
     /* per-layer block descriptors (views of the owned copies + the model's matrices) */

@@ -11,8 +11,24 @@
  *     max_position_embeddings default 32768 (informational).
  * Every message names the file and the field path, e.g.
  *   "m/config.json: text_config.linear_num_value_heads: 3 is not a multiple of ...".
+ *
+ * Model family (check_family, before any dimension is read): `model_type` and `architectures`
+ * must name a dense Qwen3.5 text model —
+ *   flat config:          model_type qwen3_5_text or qwen3_next (the legacy Qwen3-Next layout);
+ *   with a text_config:   model_type qwen3_5 (the multimodal wrapper), text_config.model_type
+ *                         qwen3_5_text;
+ *   architectures[i]:     Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration,
+ *                         Qwen3NextForCausalLM (also text_config.architectures, HF writes null);
+ * anything else is QC_ERR_UNSUPPORTED naming the field, the value and the accepted values; the
+ * Qwen3.5 MoE types (qwen3_5_moe*, Qwen3_5Moe*) and any config whose layers are sparse MoE
+ * (num_experts > 0 on a layer not in mlp_only_layers, every decoder_sparse_step-th layer; a
+ * qwen3_next config without num_experts has HF's default 512) are "not supported yet". A
+ * config with neither field (hand-written, this tool's own minimal configs) is read as a
+ * Qwen3.5 text config: Hugging Face always writes model_type, so a real checkpoint is always
+ * checked.
  */
 #include "qc/qc_config.h"
+#include "qc/qc_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -98,6 +114,157 @@ static qc_status get_rope_num(cfg_ctx *c, const char *name, double def, double *
     }
     snprintf(where, wn, "%srope_parameters.%s (default)", c->pfx, name);
     *out = def;
+    return QC_OK;
+}
+
+/* ==== Model family: model_type / architectures ==== */
+
+#define ACCEPTED_TYPES "qwen3_5_text, qwen3_next, or qwen3_5 with a text_config"
+#define ACCEPTED_ARCHS "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3NextForCausalLM"
+
+typedef enum { FAM_UNKNOWN = 0, FAM_QWEN35, FAM_QWEN3_NEXT } cfg_family;
+
+/* A string value for messages: at most 64 printable ASCII characters, others as '?'. */
+static const char *clean(const char *s, char *buf, size_t n) {
+    size_t o = 0, i = 0;
+    for (; s[i] && o + 4 < n && i < 64; i++)
+        buf[o++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+    if (s[i]) buf[o++] = '.', buf[o++] = '.', buf[o++] = '.';
+    buf[o] = '\0';
+    return buf;
+}
+
+static int is_moe_type(const char *v) { return strncmp(v, "qwen3_5_moe", 11) == 0; }
+static int is_moe_arch(const char *v) { return strncmp(v, "Qwen3_5Moe", 10) == 0; }
+
+/* One model_type field (`field` is its path for messages). */
+static qc_status check_model_type(cfg_ctx *c, const cJSON *v, const char *field, int nested,
+                                  int text_level, cfg_family *fam) {
+    char d[96], b[80];
+    if (!cJSON_IsString(v))
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s: expected a string, got %s", c->path,
+                       field, describe(v, d, sizeof d));
+    const char *t = v->valuestring;
+    if (is_moe_type(t))
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %s '%s' is a Qwen3.5 mixture-of-experts model: not supported yet "
+                       "(dense Qwen3.5 text models only; accepted: %s)",
+                       c->path, field, clean(t, b, sizeof b), ACCEPTED_TYPES);
+    if (text_level) { /* text_config.model_type */
+        if (!strcmp(t, "qwen3_5_text")) return QC_OK;
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %s '%s' is not a Qwen3.5 text model (accepted: qwen3_5_text)",
+                       c->path, field, clean(t, b, sizeof b));
+    }
+    if (!nested && !strcmp(t, "qwen3_5_text")) return *fam = FAM_QWEN35, QC_OK;
+    if (!nested && !strcmp(t, "qwen3_next")) return *fam = FAM_QWEN3_NEXT, QC_OK;
+    if (nested && !strcmp(t, "qwen3_5")) return *fam = FAM_QWEN35, QC_OK;
+    if (!nested && !strcmp(t, "qwen3_5"))
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %s 'qwen3_5' is the multimodal wrapper and needs a text_config "
+                       "object (a flat text config is qwen3_5_text; accepted: %s)",
+                       c->path, field, ACCEPTED_TYPES);
+    if (nested && (!strcmp(t, "qwen3_5_text") || !strcmp(t, "qwen3_next")))
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %s '%s' is a flat text config but text_config is present (the "
+                       "wrapper's model_type is qwen3_5; accepted: %s)",
+                       c->path, field, t, ACCEPTED_TYPES);
+    return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                   "%s: %s '%s' is not a Qwen3.5 text model (accepted: %s)", c->path, field,
+                   clean(t, b, sizeof b), ACCEPTED_TYPES);
+}
+
+/* One architectures field: an array of strings, each an accepted architecture. */
+static qc_status check_architectures(cfg_ctx *c, const cJSON *v, const char *field) {
+    char d[96], b[80];
+    if (!cJSON_IsArray(v))
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s: expected an array of strings, got %s",
+                       c->path, field, describe(v, d, sizeof d));
+    int i = 0;
+    for (const cJSON *e = v->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e))
+            return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s[%d]: expected a string, got %s",
+                           c->path, field, i, describe(e, d, sizeof d));
+        const char *a = e->valuestring;
+        if (!strcmp(a, "Qwen3_5ForCausalLM") || !strcmp(a, "Qwen3_5ForConditionalGeneration") ||
+            !strcmp(a, "Qwen3NextForCausalLM"))
+            continue;
+        if (is_moe_arch(a))
+            return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                           "%s: %s[%d] '%s' is a Qwen3.5 mixture-of-experts model: not "
+                           "supported yet (dense Qwen3.5 text models only; accepted: %s)",
+                           c->path, field, i, clean(a, b, sizeof b), ACCEPTED_ARCHS);
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %s[%d] '%s' is not a Qwen3.5 text model (accepted: %s)", c->path,
+                       field, i, clean(a, b, sizeof b), ACCEPTED_ARCHS);
+    }
+    return QC_OK;
+}
+
+/* model_type / architectures of the top level and of text_config (see the file comment). */
+static qc_status check_family(cfg_ctx *c, cfg_family *fam) {
+    qc_status st;
+    int nested = c->tc != c->root;
+    *fam = FAM_UNKNOWN;
+    const cJSON *mt = get(c->root, "model_type");
+    if (mt && (st = check_model_type(c, mt, "model_type", nested, 0, fam))) return st;
+    const cJSON *ar = get(c->root, "architectures");
+    if (ar && (st = check_architectures(c, ar, "architectures"))) return st;
+    if (nested) {
+        const cJSON *tmt = get(c->tc, "model_type");
+        if (tmt && (st = check_model_type(c, tmt, "text_config.model_type", 1, 1, fam)))
+            return st;
+        const cJSON *tar = get(c->tc, "architectures");
+        if (tar && (st = check_architectures(c, tar, "text_config.architectures"))) return st;
+    }
+    return QC_OK;
+}
+
+/* A non-negative integer field of the text config (absent: *out = def). */
+static qc_status get_nonneg_int(cfg_ctx *c, const char *name, int def, int *out) {
+    const cJSON *v = get(c->tc, name);
+    *out = def;
+    if (!v) return QC_OK;
+    char d[96];
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < 0 || v->valuedouble > INT_MAX)
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s%s: expected a non-negative integer, got %s",
+                       c->path, c->pfx, name, describe(v, d, sizeof d));
+    *out = (int)v->valuedouble;
+    return QC_OK;
+}
+
+/* Sparse-MoE layers (HF Qwen3-Next rule): layer i is MoE iff num_experts > 0, i is not in
+ * mlp_only_layers and (i + 1) % decoder_sparse_step == 0. Any such layer: not supported. */
+static qc_status check_moe(cfg_ctx *c, const qc_config *cfg, cfg_family fam) {
+    qc_status st;
+    char d[96];
+    int ne = 0, step = 1;
+    int absent = !get(c->tc, "num_experts");
+    if ((st = get_nonneg_int(c, "num_experts", fam == FAM_QWEN3_NEXT ? 512 : 0, &ne))) return st;
+    if (ne == 0) return QC_OK;
+    if ((st = get_pos_int(c, "decoder_sparse_step", 0, 1, &step))) return st;
+    const cJSON *mlp_only = get(c->tc, "mlp_only_layers");
+    if (mlp_only && !cJSON_IsArray(mlp_only))
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %smlp_only_layers: expected an array, got %s",
+                       c->path, c->pfx, describe(mlp_only, d, sizeof d));
+    for (int i = 0; i < cfg->n_layers; i++) {
+        if ((i + 1) % step != 0) continue;
+        int dense = 0;
+        for (const cJSON *e = mlp_only ? mlp_only->child : NULL; e && !dense; e = e->next)
+            dense = cJSON_IsNumber(e) && e->valuedouble == (double)i;
+        if (dense) continue;
+        if (absent)
+            return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                           "%s: %snum_experts: absent, so a qwen3_next config has %d experts "
+                           "(the Hugging Face default): mixture-of-experts layers are not "
+                           "supported yet (dense MLP only; layer %d would be MoE)",
+                           c->path, c->pfx, ne, i);
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %snum_experts: %d: mixture-of-experts layers are not supported yet "
+                       "(dense MLP only; layer %d is MoE)",
+                       c->path, c->pfx, ne, i);
+    }
     return QC_OK;
 }
 
@@ -293,6 +460,7 @@ qc_status qc_config_parse(const char *json, size_t len, const char *path, qc_con
     free(text);
     qc_status st = QC_OK;
     cfg_ctx c = {root, root, path, "", err};
+    cfg_family fam = FAM_UNKNOWN;
     char d[96];
     if (!cJSON_IsObject(root)) {
         st = qc_errf(err, QC_ERR_FORMAT, "%s: top level is %s, not a JSON object", path,
@@ -310,10 +478,12 @@ qc_status qc_config_parse(const char *json, size_t len, const char *path, qc_con
         c.pfx = "text_config.";
         cfg->nested = 1;
     }
+    if ((st = check_family(&c, &fam)) != QC_OK) goto done;
     if ((st = parse_dims(&c, cfg)) != QC_OK) goto done;
     if ((st = check_unsupported(&c)) != QC_OK) goto done;
     if ((st = parse_rope(&c, cfg)) != QC_OK) goto done;
-    if ((st = parse_layers(&c, cfg)) != QC_OK) goto done;
+    if ((st = parse_layers(&c, cfg)) != QC_OK) goto done; /* bounds n_layers */
+    if ((st = check_moe(&c, cfg, fam)) != QC_OK) goto done;
     if ((st = parse_tie(&c, cfg)) != QC_OK) goto done;
     if ((st = check_consistency(&c, cfg)) != QC_OK) goto done;
 done:
@@ -329,37 +499,15 @@ done:
 qc_status qc_config_load(const char *model_dir, qc_config *cfg, qc_err *err) {
     char path[2048];
     snprintf(path, sizeof path, "%s/config.json", model_dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        if (cap >= ((size_t)64 << 20)) break; /* parse reports "too large" */
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
+    char *buf = NULL;
+    size_t n = 0;
+    /* regular files only, never blocking on a FIFO; 64 MiB as qc_config_parse */
+    qc_status st = qc_read_small_file(path, (size_t)64 << 20, &buf, &n, err);
+    if (st) {
+        memset(cfg, 0, sizeof *cfg);
+        return st;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
-    if (bad) {
-        free(buf);
-        return qc_errf(err, QC_ERR_IO, "%s: read error", path);
-    }
-    if (n == cap) {
-        free(buf);
-        return qc_errf(err, QC_ERR_FORMAT, "%s: larger than %zu bytes, too large for a config",
-                       path, cap);
-    }
-    qc_status st = qc_config_parse(buf, n, path, cfg, err);
+    st = qc_config_parse(buf, n, path, cfg, err);
     free(buf);
     return st;
 }

@@ -51,15 +51,13 @@ static void acc_scale(acc64 *acc, const char *term, uint64_t k) {
     if (__builtin_mul_overflow(acc->sum, k, &acc->sum)) acc->overflow = term;
 }
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
 double qc_memplan_gib(uint64_t bytes) { return (double)bytes / (double)(1ull << 30); }
 
 /* ===================================================================================== */
 /* Config sanity (the estimate must never trust a config it was not given by the loader)  */
 /* ===================================================================================== */
 
-static qc_status check_cfg(const qc_config *c, qc_err *err) {
+qc_status qc_memplan_check_config(const qc_config *c, qc_err *err) {
     if (!c) return qc_errf(err, QC_ERR_ARG, "memory plan: no config");
     if (c->n_layers < 0 || c->n_layers > QC_MAX_LAYERS)
         return qc_errf(err, QC_ERR_ARG, "memory plan: n_layers %d outside [0, %d]", c->n_layers,
@@ -74,6 +72,18 @@ static qc_status check_cfg(const qc_config *c, qc_err *err) {
         if (v[i] < 0 || v[i] > (1 << 24)) /* keeps every product of two dims below 2^48 */
             return qc_errf(err, QC_ERR_RANGE, "memory plan: %s %d outside [0, 2^24]", nm[i],
                            v[i]);
+    /* the derived row counts are ints everywhere (qc_cfg_conv_dim, the tensors' rows): keep
+     * them, doubled, well inside int (what the config parser accepts is) */
+    const int64_t key = (int64_t)c->lin_n_k_heads * c->lin_k_dim;
+    const int64_t val = (int64_t)c->lin_n_v_heads * c->lin_v_dim;
+    const int64_t qrows = 2 * (int64_t)c->n_heads * c->head_dim;
+    const int64_t kvrows = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t lim = (int64_t)1 << 30;
+    if (2 * key + val >= lim || qrows >= lim || kvrows >= lim)
+        return qc_errf(err, QC_ERR_RANGE,
+                       "memory plan: derived sizes outside [0, 2^30) (conv dim %lld, q_proj rows "
+                       "%lld, k/v rows %lld)",
+                       (long long)(2 * key + val), (long long)qrows, (long long)kvrows);
     return QC_OK;
 }
 
@@ -116,7 +126,7 @@ static void weight_elems(const qc_config *c, acc64 *wide, acc64 *f32) {
 qc_status qc_memplan_weight_bytes(const qc_config *cfg, qc_dtype dtype, uint64_t *bytes,
                                   qc_err *err) {
     *bytes = 0;
-    qc_status st = check_cfg(cfg, err);
+    qc_status st = qc_memplan_check_config(cfg, err);
     if (st) return st;
     acc64 wide = {0, NULL}, f32 = {0, NULL};
     weight_elems(cfg, &wide, &f32);
@@ -133,35 +143,6 @@ qc_status qc_memplan_weight_bytes(const qc_config *cfg, qc_dtype dtype, uint64_t
 /* ===================================================================================== */
 /* Backend, state, runner                                                                */
 /* ===================================================================================== */
-
-/* fp32 elements one backend allocates at create for NT tokens (the reference backend's
- * layout: owned small vectors + activation scratch + one chunked-DeltaNet chunk of NT). */
-static void backend_floats(const qc_config *c, int64_t NT, acc64 *a) {
-    const int64_t H = c->hidden_size, I = c->intermediate_size, L = c->n_layers;
-    const int64_t qdim = (int64_t)c->n_heads * c->head_dim;
-    const int64_t kvdim = (int64_t)c->n_kv_heads * c->head_dim;
-    const int64_t key = (int64_t)c->lin_n_k_heads * c->lin_k_dim;
-    const int64_t val = (int64_t)c->lin_n_v_heads * c->lin_v_dim;
-    const int64_t C = 2 * key + val, nv = c->lin_n_v_heads;
-    const int64_t dk = c->lin_k_dim, dv = c->lin_v_dim;
-    /* owned fp32 vectors */
-    acc_add(a, "backend norms", L, 2, H, 1);
-    for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_types[l] == QC_LAYER_FULL)
-            acc_add(a, "backend q/k norms", 2, c->head_dim, 1, 1);
-        else {
-            acc_add(a, "backend conv weights", C, c->conv_kernel, 1, 1);
-            acc_add(a, "backend DeltaNet vectors", 2 * nv + dv, 1, 1, 1);
-        }
-    }
-    acc_add(a, "backend final norm", H + c->rotary_dim / 2 + 1, 1, 1, 1);
-    /* activations per token */
-    int64_t per_tok = 3 * H + 2 * I + 4 * qdim + 2 * kvdim + 2 * C + 2 * key + 3 * val + 2 * nv;
-    acc_add(a, "backend scratch", NT, per_tok, 1, 1);
-    acc_add(a, "backend row", max64(max64(H, I), max64(qdim, val)), 1, 1, 1);
-    /* chunked DeltaNet scratch: gamma, trow [NT]; T [NT, NT]; 3 x [NT, dk] + 3 x [NT, dv] */
-    acc_add(a, "DeltaNet chunk scratch", NT, NT + 2 + 3 * dk + 3 * dv, 1, 1);
-}
 
 /* Bytes of one qc_state (the formula of qc_state_bytes, overflow-checked). */
 static void state_bytes(const qc_config *c, int64_t ctx, acc64 *a) {
@@ -183,16 +164,32 @@ void qc_memplan_req_init(qc_memplan_req *rq, const qc_config *cfg, qc_dtype weig
     memset(rq, 0, sizeof *rq);
     rq->cfg = cfg;
     rq->weight_dtype = weight_dtype;
-    rq->n_backends = 1;
-    rq->n_token_packs = 0;
+    rq->n_backends = 0;
     rq->max_context_len = max_context_len;
     rq->max_tokens = max_tokens;
+    rq->n_threads = 0;
+    rq->chunk_size = 64;
+}
+
+qc_status qc_memplan_add_backend(qc_memplan_req *rq, const char *what, uint64_t bytes,
+                                 qc_err *err) {
+    if (!what) what = "backend";
+    if (rq->n_backends < 0 || rq->n_backends >= QC_MEMPLAN_MAX_BACKENDS)
+        return qc_errf(err, QC_ERR_ARG, "memory plan: %s: more than %d backends at once", what,
+                       QC_MEMPLAN_MAX_BACKENDS);
+    if (bytes == UINT64_MAX || bytes == (uint64_t)SIZE_MAX)
+        return qc_errf(err, QC_ERR_RANGE,
+                       "memory plan: %s: its memory for max_tokens %d overflows 64 bits (or the "
+                       "config is not plannable)",
+                       what, rq->max_tokens);
+    rq->backend_bytes[rq->n_backends++] = bytes;
+    return QC_OK;
 }
 
 qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err *err) {
     memset(out, 0, sizeof *out);
     if (!rq) return qc_errf(err, QC_ERR_ARG, "memory plan: no request");
-    qc_status st = check_cfg(rq->cfg, err);
+    qc_status st = qc_memplan_check_config(rq->cfg, err);
     if (st) return st;
     const qc_config *c = rq->cfg;
     if (rq->max_context_len < 1 || rq->max_tokens < 1)
@@ -200,25 +197,17 @@ qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err 
                        rq->max_context_len, rq->max_tokens);
     if (rq->n_logit_rows < 0 || rq->n_hidden_tokens < 0 || rq->n_state_copies < 0)
         return qc_errf(err, QC_ERR_ARG, "memory plan: negative row / copy count");
-    if (rq->n_backends < 1 || rq->n_token_packs < 0 || rq->n_token_packs > rq->n_backends)
-        return qc_errf(err, QC_ERR_ARG, "memory plan: %d backends with %d token packs",
-                       rq->n_backends, rq->n_token_packs);
+    if (rq->n_backends < 0 || rq->n_backends > QC_MEMPLAN_MAX_BACKENDS)
+        return qc_errf(err, QC_ERR_ARG, "memory plan: %d backends outside [0, %d]",
+                       rq->n_backends, QC_MEMPLAN_MAX_BACKENDS);
 
     /* weights */
     uint64_t wbytes = rq->weight_bytes;
     if (!wbytes && (st = qc_memplan_weight_bytes(c, rq->weight_dtype, &wbytes, err))) return st;
 
-    /* backend(s): scratch per backend + the packed tokens of those that pack them */
+    /* backend(s): what each reported (the planner never re-derives a backend's layout) */
     acc64 be = {0, NULL};
-    backend_floats(c, rq->max_tokens, &be);
-    acc_scale(&be, "backend (bytes)", 4);
-    acc_scale(&be, "backend (count)", (uint64_t)rq->n_backends);
-    if (rq->n_token_packs > 0) { /* the tokens packed once per matrix: [NT, max K] each */
-        const int64_t kmax = max64(max64(c->hidden_size, c->intermediate_size),
-                                   max64((int64_t)c->n_heads * c->head_dim,
-                                         (int64_t)c->lin_n_v_heads * c->lin_v_dim));
-        acc_add(&be, "backend token pack", rq->n_token_packs, rq->max_tokens, kmax, 4);
-    }
+    for (int i = 0; i < rq->n_backends; i++) acc_add_u64(&be, "backend", rq->backend_bytes[i]);
 
     /* state */
     acc64 sa = {0, NULL};

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "qc/qc_file.h"
 #include "qc/qc_safetensors.h"
 #include "qc/qc_sha256.h"
 
@@ -155,6 +156,87 @@ static void fmt_shape(char *buf, size_t n, const int64_t *sh, int nd) {
     for (int i = 0; i < nd && k < n; i++)
         k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)sh[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* ==== The one model check (qc_model_validate): loader, synthetic models, every backend ==== */
+
+/* The config geometry the forward pass relies on (the kinds of layers present decide which
+ * head counts must be usable). */
+static qc_status check_geometry(const qc_config *c, qc_err *err) {
+    if (c->n_layers < 1 || c->n_layers > QC_MAX_LAYERS || c->hidden_size < 1 ||
+        c->intermediate_size < 1 || c->vocab_size < 1)
+        return qc_errf(err, QC_ERR_ARG, "model: config: bad sizes (L %d, H %d, I %d, V %d)",
+                       c->n_layers, c->hidden_size, c->intermediate_size, c->vocab_size);
+    int any_full = 0, any_linear = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_types[i] == QC_LAYER_FULL) any_full = 1;
+        else if (c->layer_types[i] == QC_LAYER_LINEAR) any_linear = 1;
+        else
+            return qc_errf(err, QC_ERR_ARG, "model: config: layer %d has an unknown kind %d", i,
+                           (int)c->layer_types[i]);
+    }
+    if (any_full && (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0 ||
+                     c->head_dim < 1 || c->rotary_dim < 0 || c->rotary_dim % 2 != 0 ||
+                     c->rotary_dim > c->head_dim))
+        return qc_errf(err, QC_ERR_ARG,
+                       "model: config: bad attention geometry (heads %d, kv heads %d, head_dim "
+                       "%d, rotary_dim %d)",
+                       c->n_heads, c->n_kv_heads, c->head_dim, c->rotary_dim);
+    if (any_linear && (c->lin_n_k_heads < 1 || c->lin_n_v_heads < 1 ||
+                       c->lin_n_v_heads % c->lin_n_k_heads != 0 || c->lin_k_dim < 1 ||
+                       c->lin_v_dim < 1 || c->conv_kernel < 1))
+        return qc_errf(err, QC_ERR_ARG,
+                       "model: config: bad DeltaNet geometry (k heads %d, v heads %d, dk %d, dv "
+                       "%d, conv kernel %d)",
+                       c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim,
+                       c->conv_kernel);
+    return QC_OK;
+}
+
+/* t present, in a supported dtype, with exactly the expected shape. */
+static qc_status check_view(const qc_tensor *t, const char *name, const int64_t *exp, int nd,
+                            qc_err *err) {
+    if (t->ndim == 0 || !t->data) return qc_errf(err, QC_ERR_MISSING, "model: %s: missing", name);
+    if (t->dtype != QC_F32 && t->dtype != QC_BF16 && t->dtype != QC_F16)
+        return qc_errf(err, QC_ERR_UNSUPPORTED, "model: %s: unsupported dtype %d", name,
+                       (int)t->dtype);
+    int ok = t->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == exp[i];
+    if (!ok) {
+        char g[160], e[160];
+        fmt_shape(g, sizeof g, t->shape, t->ndim > 0 && t->ndim <= 4 ? t->ndim : 0);
+        fmt_shape(e, sizeof e, exp, nd);
+        if (t->ndim < 0 || t->ndim > 4)
+            return qc_errf(err, QC_ERR_SHAPE, "model: %s: %d dimensions != %s", name, t->ndim, e);
+        return qc_errf(err, QC_ERR_SHAPE, "model: %s: shape %s != %s", name, g, e);
+    }
+    return QC_OK;
+}
+
+qc_status qc_model_validate(const qc_model *m, qc_err *err) {
+    if (!m) return qc_errf(err, QC_ERR_ARG, "model: NULL");
+    const qc_config *c = &m->cfg;
+    qc_status st = check_geometry(c, err);
+    if (st) return st;
+    if (!m->layers) return qc_errf(err, QC_ERR_ARG, "model: no layers");
+    int64_t sh[4] = {c->vocab_size, c->hidden_size, 0, 0};
+    if ((st = check_view(&m->embed, "embed_tokens.weight", sh, 2, err)) ||
+        (st = check_view(&m->lm_head, "lm_head.weight", sh, 2, err)))
+        return st;
+    sh[0] = c->hidden_size;
+    if ((st = check_view(&m->final_norm, "norm.weight", sh, 1, err))) return st;
+    for (int li = 0; li < c->n_layers; li++)
+        for (int s = 0; s < N_SLOTS; s++) {
+            if (SLOTS[s].special != S_NORMAL) continue; /* the legacy packed form is split at load */
+            if (SLOTS[s].kind != K_EVERY && SLOTS[s].kind != (int)c->layer_types[li]) continue;
+            char name[128];
+            snprintf(name, sizeof name, "layers.%d.%s", li, SLOTS[s].suffix);
+            const int nd = slot_shape(c, s, sh);
+            if ((st = check_view(slot_ptr((qc_layer_weights *)&m->layers[li], s), name, sh, nd,
+                                 err)))
+                return st;
+        }
+    return QC_OK;
 }
 
 /* ==== Loader: found-tensor bookkeeping ==== */
@@ -317,33 +399,16 @@ static qc_status split_packed(load_ctx *L, int li, const qc_tensor *qkvz, const 
 
 /* ==== Loader: files ==== */
 
+/* config.json / the index: the shared reader (regular files only, never blocks on a FIFO);
+ * an absent file is QC_ERR_MISSING here (the loader's contract), other failures QC_ERR_IO. */
 static qc_status read_small_file(const char *path, size_t limit, char **out, size_t *len,
                                  qc_err *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return qc_errf(err, errno == ENOENT ? QC_ERR_MISSING : QC_ERR_IO, "%s: cannot open: %s",
-                           path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap || cap > limit) break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) free(buf);
-        buf = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
-    if (bad || n > limit) {
-        free(buf);
-        return qc_errf(err, bad ? QC_ERR_IO : QC_ERR_FORMAT, "%s: %s", path,
-                       bad ? "read error" : "file too large");
-    }
-    *out = buf;
-    *len = n;
-    return QC_OK;
+    *len = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+        return qc_errf(err, QC_ERR_MISSING, "%s: cannot open: %s", path, strerror(ENOENT));
+    return qc_read_small_file(path, limit, out, len, err);
 }
 
 typedef struct {
@@ -614,6 +679,7 @@ qc_status qc_model_load(const char *dir, qc_model **out, qc_err *err) {
     L.p = (model_priv *)m->priv;
     L.err = err;
     st = load_impl(&L);
+    if (st == QC_OK) st = qc_model_validate(m, err); /* the one model check, as every backend */
     free(L.lay);
     if (st) {
         qc_model_free(m);
@@ -821,6 +887,10 @@ qc_status qc_model_synthetic(const qc_config *cfg, qc_dtype dtype, uint64_t seed
     free(jobs);
     if (c->tie_word_embeddings) m->lm_head = m->embed;
     m->n_tensors_loaded = nj;
+    if ((st = qc_model_validate(m, err)) != QC_OK) { /* by construction: never */
+        qc_model_free(m);
+        return st;
+    }
     *out = m;
     return QC_OK;
 }

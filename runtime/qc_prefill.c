@@ -1,8 +1,10 @@
 /* qc_prefill.c — the export profile and the prefill controller (ExecuTorch TextPrefiller
  * semantics; see include/qc/qc_prefill.h). */
 #include "qc/qc_prefill.h"
+#include "qc/qc_file.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -81,6 +83,96 @@ static qc_status get_pos_int(const cJSON *root, const char *key, const char *pat
     return QC_OK;
 }
 
+/* The keys a profile may hold: the short names and the ExecuTorch metadata method names. */
+static const char *const PROFILE_KEYS[] = {"enable_dynamic_shape", "use_kv_cache",
+                                           "max_seq_len",          "max_context_len",
+                                           "get_max_seq_len",      "get_max_context_len"};
+#define N_PROFILE_KEYS ((int)(sizeof PROFILE_KEYS / sizeof PROFILE_KEYS[0]))
+#define PROFILE_KEYS_STR                                                                   \
+    "enable_dynamic_shape, use_kv_cache, max_seq_len, max_context_len, get_max_seq_len, " \
+    "get_max_context_len"
+
+/* Optimal-string-alignment edit distance (a transposition counts 1), ignoring case (a key
+ * that differs only in case is the closest match), capped: cap + 1 when it exceeds cap.
+ * Strings longer than 63 are never close. */
+static int edit_distance(const char *a0, const char *b0, int cap) {
+    int la = (int)strlen(a0), lb = (int)strlen(b0);
+    if (la > 63 || lb > 63 || la - lb > cap || lb - la > cap) return cap + 1;
+    char a[64], b[64];
+    for (int i = 0; i < la; i++) a[i] = (char)tolower((unsigned char)a0[i]);
+    for (int j = 0; j < lb; j++) b[j] = (char)tolower((unsigned char)b0[j]);
+    int d[64][64];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[la][lb] > cap ? cap + 1 : d[la][lb];
+}
+
+/* A key for messages: at most 64 printable ASCII characters, others as '?'. */
+static const char *clean_key(const char *s, char *buf, size_t n) {
+    size_t o = 0, i = 0;
+    for (; s[i] && o + 4 < n && i < 64; i++)
+        buf[o++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+    if (s[i]) buf[o++] = '.', buf[o++] = '.', buf[o++] = '.';
+    buf[o] = '\0';
+    return buf;
+}
+
+/* Every key must be a known one, and appear once. */
+static qc_status check_keys(const cJSON *root, const char *path, qc_err *err) {
+    int seen[N_PROFILE_KEYS] = {0};
+    char kb[80];
+    for (const cJSON *it = root->child; it; it = it->next) {
+        const char *key = it->string ? it->string : "";
+        int k = 0;
+        while (k < N_PROFILE_KEYS && strcmp(key, PROFILE_KEYS[k]) != 0) k++;
+        if (k < N_PROFILE_KEYS) {
+            if (seen[k]++)
+                return qc_errf(err, QC_ERR_FORMAT, "%s: key '%s' appears more than once", path,
+                               key);
+            continue;
+        }
+        int best = -1, best_d = 3;
+        for (int j = 0; j < N_PROFILE_KEYS; j++) {
+            int dist = edit_distance(key, PROFILE_KEYS[j], 2);
+            if (dist < best_d) best_d = dist, best = j;
+        }
+        if (best >= 0)
+            return qc_errf(err, QC_ERR_UNKNOWN,
+                           "%s: unknown key '%s' (did you mean '%s'?); known keys: %s", path,
+                           clean_key(key, kb, sizeof kb), PROFILE_KEYS[best], PROFILE_KEYS_STR);
+        return qc_errf(err, QC_ERR_UNKNOWN, "%s: unknown key '%s'; known keys: %s", path,
+                       clean_key(key, kb, sizeof kb), PROFILE_KEYS_STR);
+    }
+    return QC_OK;
+}
+
+/* A short name and its ExecuTorch method name (max_seq_len / get_max_seq_len): either, or both
+ * with the same value. */
+static qc_status get_len(const cJSON *root, const char *key, const char *et_key, const char *path,
+                         int *out, int *present, qc_err *err) {
+    int a = 0, b = 0, has_a = 0, has_b = 0;
+    qc_status st;
+    if ((st = get_pos_int(root, key, path, &a, &has_a, err)) ||
+        (st = get_pos_int(root, et_key, path, &b, &has_b, err)))
+        return st;
+    if (has_a && has_b && a != b)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: %s %d and %s %d disagree (give one)", path, key,
+                       a, et_key, b);
+    *present = has_a || has_b;
+    if (*present) *out = has_a ? a : b;
+    return QC_OK;
+}
+
 qc_status qc_profile_parse(const char *json, size_t len, const char *path, qc_profile *p,
                            qc_err *err) {
     qc_profile_default(p);
@@ -95,35 +187,37 @@ qc_status qc_profile_parse(const char *json, size_t len, const char *path, qc_pr
         st = qc_errf(err, QC_ERR_FORMAT, "%s: expected a JSON object", path);
         goto done;
     }
+    /* a misspelt key would otherwise silently keep a default (e.g. static shape) */
+    if ((st = check_keys(root, path, err))) goto done;
     /* Accept the ExecuTorch metadata method names as well as the short names. */
     if ((st = get_bool(root, "enable_dynamic_shape", path, &p->enable_dynamic_shape, err)) ||
         (st = get_bool(root, "use_kv_cache", path, &p->use_kv_cache, err)))
         goto done;
-    if ((st = get_pos_int(root, "max_seq_len", path, &p->max_seq_len, &has_seq, err)))
+    if ((st = get_len(root, "max_seq_len", "get_max_seq_len", path, &p->max_seq_len, &has_seq,
+                      err)))
         goto done;
-    if (!has_seq &&
-        (st = get_pos_int(root, "get_max_seq_len", path, &p->max_seq_len, &has_seq, err)))
-        goto done;
-    if ((st = get_pos_int(root, "max_context_len", path, &p->max_context_len, &has_ctx, err)))
-        goto done;
-    if (!has_ctx && (st = get_pos_int(root, "get_max_context_len", path, &p->max_context_len,
-                                      &has_ctx, err)))
+    if ((st = get_len(root, "max_context_len", "get_max_context_len", path, &p->max_context_len,
+                      &has_ctx, err)))
         goto done;
     if (!has_ctx) p->max_context_len = p->max_seq_len; /* ExecuTorch: context = seq if absent */
 done:
     cJSON_Delete(root);
+    if (st) qc_profile_default(p);
     return st;
 }
 
 qc_status qc_profile_load(const char *path, qc_profile *p, qc_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    int too_big = !feof(f);
-    fclose(f);
-    if (too_big) return qc_errf(err, QC_ERR_FORMAT, "%s: profile larger than 64 KiB", path);
-    return qc_profile_parse(buf, n, path, p, err);
+    char *buf = NULL;
+    size_t n = 0;
+    /* regular files only, never blocking on a FIFO */
+    qc_status st = qc_read_small_file(path, QC_PROFILE_MAX_BYTES, &buf, &n, err);
+    if (st) {
+        qc_profile_default(p);
+        return st;
+    }
+    st = qc_profile_parse(buf, n, path, p, err);
+    free(buf);
+    return st;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -223,7 +317,7 @@ static qc_status check_request(const qc_runner *r, const int32_t *toks, int n, i
 static qc_status call(qc_runner *r, const int32_t *toks, int n, int pos, float *logits,
                       int all, qc_err *err) {
     r->n_calls++;
-    return r->be->forward(r->be, toks, n, pos, r->st, logits, all, err);
+    return qc_backend_forward(r->be, toks, n, pos, r->st, logits, all, err); /* the contract */
 }
 
 /* One chunk of at most max_seq_len tokens at position pos. logits_all: NULL or [n, V];

@@ -290,7 +290,8 @@ qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_
 qc_status qc_st_open(const char *path, qc_st_file *out, qc_err *err) {
     QC_ASSERT(out && path);
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in place of a weights file must not hang the open (refused below) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {

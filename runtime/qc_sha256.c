@@ -2,6 +2,9 @@
 #include "qc/qc_sha256.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -247,8 +250,21 @@ void qc_sha256_buf_hex(const void *data, size_t len, char hex[65]) {
 }
 
 qc_status qc_sha256_file_hex(const char *path, char hex[65], qc_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* open without blocking (a FIFO), then refuse anything but a regular file */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return qc_errf(err, QC_ERR_IO, "%s: not a regular file", path);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
     qc_sha256_ctx c;
     qc_sha256_init(&c);
     static const size_t BUFSZ = 1 << 16;

@@ -557,7 +557,8 @@ START_TEST(test_policy_classes) {
     qc_status st = policy_file("pol_json", t, path, sizeof path, &err);
     expect_err(st, &err, QC_ERR_FORMAT, path, NULL, NULL);
     free(t);
-    t = replace1(POLICY_OK, "\"hidden\": {\"atol\": 1e-4, \"rtol\": 1e-3},", "");
+    /* (a class left out is merged from the built-in defaults; a misspelt one is an error) */
+    t = replace1(POLICY_OK, "\"hidden\": {\"atol\"", "\"hiden\": {\"atol\"");
     st = policy_file("pol_class", t, path, sizeof path, &err);
     expect_err(st, &err, QC_ERR_FORMAT, path, "hidden", NULL);
     free(t);
@@ -784,20 +785,25 @@ START_TEST(test_memplan_9b_refused) {
                "weights");
     /* both backends and a no-KV profile ([32768, V] logits of a recomputation) need more */
     qc_memplan p2;
+    const uint64_t ref_bytes = rq.backend_bytes[0];
     ck_assert_int_eq(qc_registry_memplan("all", &rq, &err), QC_OK);
-    ck_assert_int_eq(rq.n_backends, 2);
-    ck_assert_int_eq(rq.n_token_packs, 1);
+    ck_assert_int_eq(rq.n_backends, 2); /* what each built-in reports, the reference first */
+    ck_assert_uint_eq(rq.backend_bytes[0], ref_bytes);
+    ck_assert_uint_gt(rq.backend_bytes[1], 0);
     rq.nokv = 1;
     ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_OK);
     ck_assert_uint_gt(p2.total, p.total + p.weights);
     /* bad requests */
     expect_err(qc_registry_memplan("gpu", &rq, &err), &err, QC_ERR_ARG,
                "memory plan: unknown backend 'gpu'", NULL, NULL);
-    rq.n_token_packs = 3; /* more packing backends than backends */
+    rq.n_backends = QC_MEMPLAN_MAX_BACKENDS + 1; /* more backends than a request holds */
     ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_ERR_ARG);
-    rq.n_token_packs = 1;
+    rq.n_backends = -1;
+    ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_ERR_ARG);
+    /* a backend whose size overflowed is a clean range error */
     rq.n_backends = 0;
-    ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_ERR_ARG);
+    expect_err(qc_memplan_add_backend(&rq, "the x backend", UINT64_MAX, &err), &err, QC_ERR_RANGE,
+               "memory plan: the x backend", "overflows 64 bits", NULL);
     ck_assert_int_eq(qc_registry_memplan("reference", &rq, &err), QC_OK);
     rq.max_context_len = 0;
     ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_ERR_ARG);
@@ -811,6 +817,10 @@ START_TEST(test_memplan_9b_refused) {
     rq.max_context_len = 1 << 30;
     rq.max_tokens = 1 << 30;
     rq.n_logit_rows = 1 << 30;
+    /* the backends report their size for these options: ask again (the reference's chunk
+     * scratch [max_tokens]^2 alone is 2^62 bytes) */
+    ck_assert_int_eq(qc_registry_memplan("all", &rq, &err), QC_OK);
+    ck_assert_uint_ge(rq.backend_bytes[0], 1ull << 62);
     ck_assert_int_eq(qc_memplan_estimate(&rq, &p2, &err), QC_OK); /* large but representable */
     ck_assert_int_eq(qc_memplan_check(p2.total, 64ull << 30, "bench", &err), QC_ERR_OOM);
 }

@@ -533,7 +533,7 @@ static void long_call(const char *be, const char *opts, int chunk, int ctx, int 
     ck_assert_msg(builtin_create(be, m, &bo, &b, &e) == QC_OK, "%s", e.msg);
     qc_state *sd = NULL;
     ck_assert_int_eq(qc_state_create(&m->cfg, ctx, &sd, NULL), QC_OK);
-    ck_assert_msg(b->forward(b, toks, nt, 0, sd, ld, 1, &e) == QC_OK, "%s", e.msg);
+    ck_assert_msg(qc_backend_forward(b, toks, nt, 0, sd, ld, 1, &e) == QC_OK, "%s", e.msg);
     sd->pos = nt;
     char what[128];
     snprintf(what, sizeof what, "%s [%s] chunk %d over %d tokens (direct max_tokens %d)", be, opts,

@@ -36,13 +36,23 @@ START_TEST(test_tokens_parse) {
     int32_t *ids = NULL;
     int n = -1;
     qc_err err;
-    ck_assert_int_eq(qc_cli_parse_tokens("1,2, 3\n40\t5,,6", "--tokens", &ids, &n, &err), QC_OK);
+    /* commas (with whitespace around them) and whitespace both separate; the old test text
+     * "5,,6" had an empty item, now refused (test_tokens_strict) */
+    ck_assert_int_eq(qc_cli_parse_tokens("1,2, 3\n40\t5 ,6", "--tokens", &ids, &n, &err), QC_OK);
     ck_assert_int_eq(n, 6);
     int32_t want[6] = {1, 2, 3, 40, 5, 6};
     ck_assert_int_eq(memcmp(ids, want, sizeof want), 0);
     free(ids);
-    ck_assert_int_eq(qc_cli_parse_tokens("  , \n", "--tokens", &ids, &n, &err), QC_OK);
+    /* empty and whitespace-only texts are an empty list (the caller refuses an empty prompt) */
+    ck_assert_int_eq(qc_cli_parse_tokens("  \n\t", "--tokens", &ids, &n, &err), QC_OK);
     ck_assert_int_eq(n, 0);
+    ck_assert_ptr_null(ids);
+    ck_assert_int_eq(qc_cli_parse_tokens("", "--tokens", &ids, &n, &err), QC_OK);
+    ck_assert_int_eq(n, 0);
+    ck_assert_ptr_null(ids);
+    /* ...but a lone comma is an empty item (it used to give an empty list) */
+    ck_assert_int_eq(qc_cli_parse_tokens("  , \n", "--tokens", &ids, &n, &err), QC_ERR_ARG);
+    ck_assert_str_eq(err.msg, "--tokens: item 1 is empty: a leading comma");
     ck_assert_ptr_null(ids);
     ck_assert_int_eq(qc_cli_parse_tokens("1,2,x3", "--tokens", &ids, &n, &err), QC_ERR_ARG);
     ck_assert_str_eq(err.msg, "--tokens: item 3: 'x3' is not an integer");
@@ -73,17 +83,175 @@ START_TEST(test_tokens_file) {
     int n = 0;
     qc_err err;
     snprintf(p, sizeof p, "%s/t.txt", tmp_);
-    write_text(p, "10 20\n30,\n");
+    write_text(p, "10 20\n30\n");
     ck_assert_int_eq(qc_cli_read_tokens_file(p, &ids, &n, &err), QC_OK);
     ck_assert_int_eq(n, 3);
     ck_assert_int_eq(ids[2], 30);
     free(ids);
+    /* one per line (blank lines and CRLF allowed), or lines of comma-separated ids, a comma
+     * at the end of a line continuing on the next */
+    write_text(p, "\n7\r\n\n8\n9\n");
+    ck_assert_int_eq(qc_cli_read_tokens_file(p, &ids, &n, &err), QC_OK);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(ids[0], 7);
+    ck_assert_int_eq(ids[2], 9);
+    free(ids);
+    write_text(p, "1, 2, 3,\n4, 5\n");
+    ck_assert_int_eq(qc_cli_read_tokens_file(p, &ids, &n, &err), QC_OK);
+    ck_assert_int_eq(n, 5);
+    ck_assert_int_eq(ids[4], 5);
+    free(ids);
     write_text(p, "10 2o\n");
     ck_assert_int_eq(qc_cli_read_tokens_file(p, &ids, &n, &err), QC_ERR_ARG);
     ck_assert_msg(strstr(err.msg, p) == err.msg && strstr(err.msg, "item 2: '2o'"), "%s", err.msg);
+    /* messages of a file carry the line; items are numbered over the whole file */
+    char want[600];
+    struct { const char *text, *msg; qc_status code; } fcase[] = {
+        {"10 20\n30,\n", "item 4 is empty: a trailing comma (line 2)", QC_ERR_ARG},
+        {"1,2\n3,,4\n", "item 4 is empty: two commas in a row (line 2)", QC_ERR_ARG},
+        {"1,2\n\n3,\n,4\n", "item 4 is empty: only whitespace between two commas (line 4)",
+         QC_ERR_ARG},
+        {"\n\n,1\n", "item 1 is empty: a leading comma (line 3)", QC_ERR_ARG},
+        {"1\n2\n+3\n", "item 3: '+3' has a sign (token ids are plain decimal digits) (line 3)",
+         QC_ERR_ARG},
+        {"1 2\n3 abc\n", "item 4: 'abc' is not an integer (line 2)", QC_ERR_ARG},
+        {"1\n0x10\n", "item 2: '0x10' is hexadecimal (token ids are decimal) (line 2)",
+         QC_ERR_ARG},
+        {"5\n-4\n", "item 2: token id -4 outside [0, 2147483647] (negative) (line 2)",
+         QC_ERR_RANGE},
+        {"1\n2\n3\n4294967296\n", "item 4: token id 4294967296 outside [0, 2147483647] (line 4)",
+         QC_ERR_RANGE},
+    };
+    for (size_t i = 0; i < sizeof fcase / sizeof fcase[0]; i++) {
+        write_text(p, fcase[i].text);
+        ids = NULL;
+        n = -1;
+        ck_assert_int_eq(qc_cli_read_tokens_file(p, &ids, &n, &err), fcase[i].code);
+        snprintf(want, sizeof want, "%s: %s", p, fcase[i].msg);
+        ck_assert_str_eq(err.msg, want);
+        ck_assert_ptr_null(ids);
+        ck_assert_int_eq(n, 0);
+    }
     snprintf(p, sizeof p, "%s/missing.txt", tmp_);
     ck_assert_int_eq(qc_cli_read_tokens_file(p, &ids, &n, &err), QC_ERR_IO);
     ck_assert_msg(strstr(err.msg, p) == err.msg, "%s", err.msg);
+    rm_tmp();
+}
+END_TEST
+
+/* Every malformed item class of a --tokens list: the exact message, the item number. */
+START_TEST(test_tokens_strict) {
+    struct {
+        const char *text;
+        qc_status code;
+        const char *msg;
+    } bad[] = {
+        {"1,,3", QC_ERR_ARG, "--tokens: item 2 is empty: two commas in a row"},
+        {"1, ,3", QC_ERR_ARG, "--tokens: item 2 is empty: only whitespace between two commas"},
+        {"1,\t\n,3", QC_ERR_ARG, "--tokens: item 2 is empty: only whitespace between two commas"},
+        {",1,2", QC_ERR_ARG, "--tokens: item 1 is empty: a leading comma"},
+        {" ,1", QC_ERR_ARG, "--tokens: item 1 is empty: a leading comma"},
+        {"1,2,", QC_ERR_ARG, "--tokens: item 3 is empty: a trailing comma"},
+        {"1,2, ", QC_ERR_ARG, "--tokens: item 3 is empty: a trailing comma"},
+        {",", QC_ERR_ARG, "--tokens: item 1 is empty: a leading comma"},
+        {"1,2,,", QC_ERR_ARG, "--tokens: item 3 is empty: two commas in a row"},
+        {"+5", QC_ERR_ARG, "--tokens: item 1: '+5' has a sign (token ids are plain decimal digits)"},
+        {"1,-0", QC_ERR_ARG, "--tokens: item 2: '-0' has a sign (token ids are plain decimal digits)"},
+        {"1,+0", QC_ERR_ARG, "--tokens: item 2: '+0' has a sign (token ids are plain decimal digits)"},
+        {"3,-4", QC_ERR_RANGE, "--tokens: item 2: token id -4 outside [0, 2147483647] (negative)"},
+        {"0x1f", QC_ERR_ARG, "--tokens: item 1: '0x1f' is hexadecimal (token ids are decimal)"},
+        {"1 0XAB", QC_ERR_ARG, "--tokens: item 2: '0XAB' is hexadecimal (token ids are decimal)"},
+        {"0x", QC_ERR_ARG, "--tokens: item 1: '0x' is not an integer"},
+        {"2147483648", QC_ERR_RANGE, "--tokens: item 1: token id 2147483648 outside [0, 2147483647]"},
+        {"1,99999999999999999999999999999999", QC_ERR_RANGE,
+         "--tokens: item 2: token id 999999999999999999999999... outside [0, 2147483647]"},
+        {"-99999999999999999999", QC_ERR_RANGE,
+         "--tokens: item 1: token id -99999999999999999999 outside [0, 2147483647] (negative)"},
+        {"1e3", QC_ERR_ARG, "--tokens: item 1: '1e3' is not an integer"},
+        {"2.5", QC_ERR_ARG, "--tokens: item 1: '2.5' is not an integer"},
+        {"1;2", QC_ERR_ARG, "--tokens: item 1: '1;2' is not an integer"},
+        {"-", QC_ERR_ARG, "--tokens: item 1: '-' is not an integer"},
+        {"1,x\x01y", QC_ERR_ARG, "--tokens: item 2: 'x?y' is not an integer"},
+        {"\xef\xbc\x91", QC_ERR_ARG, "--tokens: item 1: '?\?\?' is not an integer"}, /* fullwidth 1 */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int32_t *ids = (int32_t *)&ids; /* must come back NULL */
+        int n = -1;
+        qc_err err;
+        qc_err_clear(&err);
+        qc_status st = qc_cli_parse_tokens(bad[i].text, "--tokens", &ids, &n, &err);
+        ck_assert_msg(st == bad[i].code, "'%s': status %s (%s)", bad[i].text, qc_status_str(st),
+                      err.msg);
+        ck_assert_msg(strcmp(err.msg, bad[i].msg) == 0, "'%s':\n  got  %s\n  want %s",
+                      bad[i].text, err.msg, bad[i].msg);
+        ck_assert_ptr_null(ids);
+        ck_assert_int_eq(n, 0);
+    }
+    /* accepted: separators with whitespace around them, leading zeros (decimal), the bounds */
+    struct {
+        const char *text;
+        int n;
+        int32_t last;
+    } good[] = {
+        {"1 , 2 ,3", 3, 3}, {" 7 ", 1, 7}, {"1,\n2", 2, 2}, {"007", 1, 7},
+        {"0,2147483647", 2, 2147483647}, {"4\r\n5\r\n", 2, 5},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int32_t *ids = NULL;
+        int n = -1;
+        qc_err err;
+        ck_assert_msg(qc_cli_parse_tokens(good[i].text, "--tokens", &ids, &n, &err) == QC_OK,
+                      "'%s': %s", good[i].text, err.msg);
+        ck_assert_int_eq(n, good[i].n);
+        ck_assert_int_eq(ids[n - 1], good[i].last);
+        free(ids);
+    }
+}
+END_TEST
+
+static qc_status prof_from(int argc, char **argv, qc_profile *p, int *ctx_given, qc_err *err);
+
+/* A FIFO, a directory or a device as --tokens-file / --profile / any input: refused at once
+ * with the path and the kind; alarm() turns a hang (the old fopen) into a failure. */
+START_TEST(test_inputs_not_regular) {
+    mk_tmp();
+    char fifo[400], want[600];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmp_);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    int32_t *ids = NULL;
+    int n = -1;
+    qc_err err;
+    alarm(10);
+    ck_assert_int_eq(qc_cli_read_tokens_file(fifo, &ids, &n, &err), QC_ERR_IO);
+    snprintf(want, sizeof want, "%s: not a regular file (a FIFO)", fifo);
+    ck_assert_str_eq(err.msg, want);
+    ck_assert_ptr_null(ids);
+    char *data = NULL;
+    size_t len = 7;
+    ck_assert_int_eq(qc_cli_read_file(fifo, &data, &len, &err), QC_ERR_IO); /* policy, baseline */
+    ck_assert_str_eq(err.msg, want);
+    ck_assert_ptr_null(data);
+    ck_assert_int_eq((int)len, 0);
+    qc_profile p;
+    int given = 0;
+    char *av[] = {"t", "--profile", fifo};
+    ck_assert_int_eq(prof_from(3, av, &p, &given, &err), QC_ERR_IO);
+    ck_assert_str_eq(err.msg, want);
+    alarm(0);
+    ck_assert_int_eq(qc_cli_read_tokens_file(tmp_, &ids, &n, &err), QC_ERR_IO);
+    snprintf(want, sizeof want, "%s: not a regular file (a directory)", tmp_);
+    ck_assert_str_eq(err.msg, want);
+    ck_assert_int_eq(qc_cli_read_file("/dev/null", &data, &len, &err), QC_ERR_IO);
+    ck_assert_str_eq(err.msg, "/dev/null: not a regular file (a character device)");
+    /* a symlink to a regular file is read (the target is what counts) */
+    char f[400], l[400];
+    snprintf(f, sizeof f, "%s/t.txt", tmp_);
+    snprintf(l, sizeof l, "%s/link.txt", tmp_);
+    write_text(f, "4 5\n");
+    ck_assert_int_eq(symlink(f, l), 0);
+    ck_assert_int_eq(qc_cli_read_tokens_file(l, &ids, &n, &err), QC_OK);
+    ck_assert_int_eq(n, 2);
+    free(ids);
     rm_tmp();
 }
 END_TEST
@@ -151,6 +319,20 @@ START_TEST(test_profile_flags) {
     write_text(f, "{\"max_seq_len\": ");
     ck_assert_int_eq(prof_from(3, a7, &p, &given, &err), QC_ERR_FORMAT);
     ck_assert_msg(strstr(err.msg, f) == err.msg, "%s", err.msg);
+    /* the ExecuTorch spelling of max_context_len counts as given too (it used to be replaced
+     * by max_seq_len) */
+    write_text(f, "{\"get_max_seq_len\": 64, \"get_max_context_len\": 100}");
+    ck_assert_int_eq(prof_from(4, a7, &p, &given, &err), QC_OK);
+    ck_assert_int_eq(p.max_seq_len, 64);
+    ck_assert_int_eq(p.max_context_len, 100);
+    ck_assert_int_eq(given, 1);
+    /* a misspelt key: refused, named, with the nearest known key */
+    write_text(f, "{\"enable_dynamic_shap\": true}");
+    ck_assert_int_eq(prof_from(4, a7, &p, &given, &err), QC_ERR_UNKNOWN);
+    ck_assert_msg(strstr(err.msg, f) == err.msg &&
+                      strstr(err.msg, "unknown key 'enable_dynamic_shap' (did you mean "
+                                      "'enable_dynamic_shape'?); known keys: "),
+                  "%s", err.msg);
     rm_tmp();
 }
 END_TEST
@@ -256,6 +438,8 @@ int main(void) {
     TCase *tc = tcase_create("helpers");
     tcase_add_test(tc, test_tokens_parse);
     tcase_add_test(tc, test_tokens_file);
+    tcase_add_test(tc, test_tokens_strict);
+    tcase_add_test(tc, test_inputs_not_regular);
     tcase_add_test(tc, test_profile_flags);
     tcase_add_test(tc, test_argp);
     tcase_add_test(tc, test_files_and_paths);

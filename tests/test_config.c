@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "qc/qc_config.h"
 
@@ -391,6 +393,168 @@ START_TEST(test_bad_consistency) {
 }
 END_TEST
 
+/* ==== Model family (model_type / architectures) ==== */
+
+START_TEST(test_family_accepted) {
+    qc_config c;
+    qc_err e;
+    /* the real nested layout, with text_config.model_type and HF's null text architectures */
+    const char *nested[] = {"text_config.model_type=\"qwen3_5_text\"",
+                            "text_config.architectures=null", NULL};
+    ck_assert_msg(parse_edit(BASE_NESTED, nested, &c, &e) == QC_OK, "%s", e.msg);
+    ck_assert_int_eq(c.nested, 1);
+    /* a nested config with neither field */
+    const char *bare[] = {"model_type", "architectures", NULL};
+    ck_assert_msg(parse_edit(BASE_NESTED, bare, &c, &e) == QC_OK, "%s", e.msg);
+    /* flat: qwen3_5_text / Qwen3_5ForCausalLM, and neither field (flat_legacy has none) */
+    char *flat = flat_legacy();
+    ck_assert_msg(qc_config_parse(flat, strlen(flat), "m/config.json", &c, &e) == QC_OK, "%s",
+                  e.msg);
+    const char *f35[] = {"model_type=\"qwen3_5_text\"", "architectures=[\"Qwen3_5ForCausalLM\"]",
+                         NULL};
+    ck_assert_msg(parse_edit(flat, f35, &c, &e) == QC_OK, "%s", e.msg);
+    ck_assert_int_eq(c.nested, 0);
+    /* the legacy Qwen3-Next family, dense: num_experts 0, every layer in mlp_only_layers, or a
+     * decoder_sparse_step beyond the last layer */
+    const char *next0[] = {"model_type=\"qwen3_next\"", "architectures=[\"Qwen3NextForCausalLM\"]",
+                           "num_experts=0", NULL};
+    ck_assert_msg(parse_edit(flat, next0, &c, &e) == QC_OK, "%s", e.msg);
+    const char *next_mlp[] = {"model_type=\"qwen3_next\"", "num_experts=8",
+                              "mlp_only_layers=[0,1,2,3]", NULL};
+    ck_assert_msg(parse_edit(flat, next_mlp, &c, &e) == QC_OK, "%s", e.msg);
+    const char *next_step[] = {"model_type=\"qwen3_next\"", "num_experts=8",
+                               "decoder_sparse_step=5", NULL};
+    ck_assert_msg(parse_edit(flat, next_step, &c, &e) == QC_OK, "%s", e.msg);
+    /* a dense Qwen3.5 config's own fields */
+    const char *dense[] = {"model_type=\"qwen3_5_text\"", "mlp_only_layers=[]", NULL};
+    ck_assert_msg(parse_edit(flat, dense, &c, &e) == QC_OK, "%s", e.msg);
+    free(flat);
+    /* what qc_config_to_json writes reads back */
+    char *js = NULL;
+    ck_assert_int_eq(qc_config_preset("0.8b", &c, &e), QC_OK);
+    ck_assert_int_eq(qc_config_to_json(&c, &js, &e), QC_OK);
+    ck_assert_msg(qc_config_parse(js, strlen(js), "syn", &c, &e) == QC_OK, "%s", e.msg);
+    free(js);
+}
+END_TEST
+
+START_TEST(test_family_rejected) {
+    /* another family, by model_type or by architecture: the field, the value, the accepted */
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: model_type 'llama' is not a Qwen3.5 text model (accepted: "
+               "qwen3_5_text, qwen3_next, or qwen3_5 with a text_config)",
+               "model_type=\"llama\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: architectures[0] 'LlamaForCausalLM' is not a Qwen3.5 text model "
+               "(accepted: Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, "
+               "Qwen3NextForCausalLM)",
+               "architectures=[\"LlamaForCausalLM\"]");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: architectures[1] 'MistralForCausalLM' is not a Qwen3.5",
+               "architectures=[\"Qwen3_5ForConditionalGeneration\",\"MistralForCausalLM\"]");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: text_config.model_type 'llama' is not a Qwen3.5 text model "
+               "(accepted: qwen3_5_text)",
+               "text_config.model_type=\"llama\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: text_config.architectures[0] 'LlamaForCausalLM'",
+               "text_config.architectures=[\"LlamaForCausalLM\"]");
+    /* a Llama config checked before its (absent) DeltaNet fields */
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED, "model_type 'llama'", "model_type=\"llama\"",
+               "text_config.linear_num_key_heads");
+    /* related Qwen types that are not the Qwen3.5 text model */
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED, "model_type 'qwen3' is not a Qwen3.5",
+               "model_type=\"qwen3\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED, "model_type 'qwen2_vl' is not a Qwen3.5",
+               "model_type=\"qwen2_vl\"");
+    /* the wrapper type without a text_config, a flat type with one */
+    char *flat = flat_legacy();
+    EXPECT_ERR(flat, QC_ERR_UNSUPPORTED,
+               "m/config.json: model_type 'qwen3_5' is the multimodal wrapper and needs a "
+               "text_config object",
+               "model_type=\"qwen3_5\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: model_type 'qwen3_5_text' is a flat text config but text_config "
+               "is present",
+               "model_type=\"qwen3_5_text\"");
+    /* MoE: not supported yet */
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: model_type 'qwen3_5_moe' is a Qwen3.5 mixture-of-experts model: "
+               "not supported yet",
+               "model_type=\"qwen3_5_moe\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: text_config.model_type 'qwen3_5_moe_text' is a Qwen3.5 "
+               "mixture-of-experts model: not supported yet",
+               "text_config.model_type=\"qwen3_5_moe_text\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: architectures[0] 'Qwen3_5MoeForConditionalGeneration' is a "
+               "Qwen3.5 mixture-of-experts model: not supported yet",
+               "architectures=[\"Qwen3_5MoeForConditionalGeneration\"]");
+    EXPECT_ERR(flat, QC_ERR_UNSUPPORTED,
+               "m/config.json: model_type 'qwen3_5_moe_text' is a Qwen3.5 mixture-of-experts",
+               "model_type=\"qwen3_5_moe_text\"");
+    /* MoE layers by the fields: a real Qwen3-Next config (512 experts), num_experts absent
+     * (HF's default 512), or a sparse layer left by mlp_only_layers / decoder_sparse_step */
+    EXPECT_ERR(flat, QC_ERR_UNSUPPORTED,
+               "m/config.json: num_experts: 512: mixture-of-experts layers are not supported yet "
+               "(dense MLP only; layer 0 is MoE)",
+               "model_type=\"qwen3_next\"", "num_experts=512");
+    EXPECT_ERR(flat, QC_ERR_UNSUPPORTED,
+               "m/config.json: num_experts: absent, so a qwen3_next config has 512 experts",
+               "model_type=\"qwen3_next\"");
+    EXPECT_ERR(flat, QC_ERR_UNSUPPORTED, "num_experts: 8: mixture-of-experts layers are not "
+               "supported yet (dense MLP only; layer 3 is MoE)",
+               "model_type=\"qwen3_next\"", "num_experts=8", "mlp_only_layers=[0,1,2]");
+    EXPECT_ERR(flat, QC_ERR_UNSUPPORTED, "layer 1 is MoE", "model_type=\"qwen3_next\"",
+               "num_experts=8", "decoder_sparse_step=2");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: text_config.num_experts: 4: mixture-of-experts", 
+               "text_config.num_experts=4");
+    EXPECT_ERR(flat, QC_ERR_FORMAT, "m/config.json: num_experts: expected a non-negative integer",
+               "num_experts=-1");
+    EXPECT_ERR(flat, QC_ERR_FORMAT, "m/config.json: mlp_only_layers: expected an array",
+               "num_experts=2", "mlp_only_layers=3");
+    /* wrong JSON types */
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT, "m/config.json: model_type: expected a string, got 7",
+               "model_type=7");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: architectures: expected an array of strings, got a string",
+               "architectures=\"Qwen3_5ForCausalLM\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT, "m/config.json: architectures[0]: expected a string",
+               "architectures=[1]");
+    /* a value with control characters is shown cleaned */
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED, "model_type 'ab?c' is not", 
+               "model_type=\"ab\\u0001c\"");
+    free(flat);
+}
+END_TEST
+
+/* A FIFO (or any non-regular file) as config.json is refused at once, never opened for a
+ * blocking read; alarm() turns a hang into a failure. */
+START_TEST(test_load_not_regular) {
+    char dir[] = "/tmp/qc_test_config_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    qc_config c;
+    qc_err e;
+    alarm(10);
+    ck_assert_int_eq(qc_config_load(dir, &c, &e), QC_ERR_IO);
+    alarm(0);
+    char want[300];
+    snprintf(want, sizeof want, "%s: not a regular file (a FIFO)", path);
+    ck_assert_str_eq(e.msg, want);
+    unlink(path);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    ck_assert_int_eq(qc_config_load(dir, &c, &e), QC_ERR_IO);
+    snprintf(want, sizeof want, "%s: not a regular file (a directory)", path);
+    ck_assert_str_eq(e.msg, want);
+    rmdir(path);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_load_missing_file) {
     qc_config c;
     qc_err e;
@@ -416,7 +580,12 @@ int main(void) {
     tcase_add_test(bad, test_bad_fields);
     tcase_add_test(bad, test_bad_consistency);
     tcase_add_test(bad, test_load_missing_file);
+    tcase_add_test(bad, test_load_not_regular);
     suite_add_tcase(s, bad);
+    TCase *fam = tcase_create("family");
+    tcase_add_test(fam, test_family_accepted);
+    tcase_add_test(fam, test_family_rejected);
+    suite_add_tcase(s, fam);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);

@@ -334,14 +334,14 @@ START_TEST(errors_and_trace) {
     int32_t toks[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     float *lg = calloc((size_t)12 * c->vocab_size, sizeof(float));
     /* n > max_tokens, n < 1, positions beyond the capacity, bad ids: QC_ERR_RANGE, no change */
-    ck_assert_int_eq(be->forward(be, toks, 9, 0, st, lg, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_backend_forward(be, toks, 9, 0, st, lg, 1, &e), QC_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(e.msg, "max_tokens"));
-    ck_assert_int_eq(be->forward(be, toks, 0, 0, st, lg, 1, &e), QC_ERR_RANGE);
-    ck_assert_int_eq(be->forward(be, toks, 4, 7, st, lg, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_backend_forward(be, toks, 0, 0, st, lg, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_backend_forward(be, toks, 4, 7, st, lg, 1, &e), QC_ERR_RANGE);
     toks[2] = c->vocab_size;
-    ck_assert_int_eq(be->forward(be, toks, 4, 0, st, lg, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_backend_forward(be, toks, 4, 0, st, lg, 1, &e), QC_ERR_RANGE);
     toks[2] = -1;
-    ck_assert_int_eq(be->forward(be, toks, 4, 0, st, lg, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_backend_forward(be, toks, 4, 0, st, lg, 1, &e), QC_ERR_RANGE);
     toks[2] = 3;
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer_types[l] == QC_LAYER_LINEAR) {
@@ -352,13 +352,13 @@ START_TEST(errors_and_trace) {
     trace_rec tr = {0};
     be->opts.trace = on_trace;
     be->opts.trace_user = &tr;
-    ck_assert_int_eq(be->forward(be, toks, 5, 0, st, lg, 0, &e), QC_OK);
+    ck_assert_int_eq(qc_backend_forward(be, toks, 5, 0, st, lg, 0, &e), QC_OK);
     ck_assert_int_eq(tr.calls, c->n_layers + 1);
     for (int i = 0; i <= c->n_layers; i++) ck_assert_int_eq(tr.seen[i], 1);
     ck_assert_int_eq(tr.dim, c->hidden_size);
     ck_assert_int_eq(tr.n, 5);
     /* logits NULL is allowed */
-    ck_assert_int_eq(be->forward(be, toks + 5, 1, 5, st, NULL, 0, &e), QC_OK);
+    ck_assert_int_eq(qc_backend_forward(be, toks + 5, 1, 5, st, NULL, 0, &e), QC_OK);
     free(lg);
     qc_state_destroy(st);
     qc_backend_destroy(be);
@@ -383,8 +383,8 @@ START_TEST(last_logits_equal_last_row) {
     int32_t toks[16];
     make_tokens(toks, 16, c->vocab_size, 5);
     float *all = calloc((size_t)16 * c->vocab_size, 4), *last = calloc((size_t)c->vocab_size, 4);
-    ck_assert_int_eq(be->forward(be, toks, 16, 0, s1, all, 1, NULL), QC_OK);
-    ck_assert_int_eq(be->forward(be, toks, 16, 0, s2, last, 0, NULL), QC_OK);
+    ck_assert_int_eq(qc_backend_forward(be, toks, 16, 0, s1, all, 1, NULL), QC_OK);
+    ck_assert_int_eq(qc_backend_forward(be, toks, 16, 0, s2, last, 0, NULL), QC_OK);
     /* the last row is computed by the matrix-vector path when only it is asked: close, and the
      * states are bit-identical */
     close_enough(last, all + (size_t)15 * c->vocab_size, (size_t)c->vocab_size, 1e-5, "last logits");

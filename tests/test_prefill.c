@@ -2,8 +2,11 @@
  * mock backend that records every forward call (n, start_pos) and writes logits that depend
  * only on (token, absolute position), so misplaced rows or wrong positions are visible. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "qc/qc_prefill.h"
 
@@ -207,6 +210,101 @@ START_TEST(profile_json) {
 }
 END_TEST
 
+/* Parse a profile text; status, and the message when `want` is non-NULL (exact match). */
+static void prof_expect(const char *json, qc_status code, const char *want) {
+    qc_profile p;
+    qc_err e = {0};
+    qc_status st = qc_profile_parse(json, strlen(json), "p.json", &p, &e);
+    ck_assert_msg(st == code, "%s: status %s != %s (%s)", json, qc_status_str(st),
+                  qc_status_str(code), e.msg);
+    if (want) ck_assert_msg(strcmp(e.msg, want) == 0, "%s:\n  got  %s\n  want %s", json, e.msg, want);
+    if (st) { /* a failed parse leaves the defaults, never a half-read profile */
+        ck_assert_int_eq(p.enable_dynamic_shape, 0);
+        ck_assert_int_eq(p.max_seq_len, 128);
+    }
+}
+
+#define KNOWN "known keys: enable_dynamic_shape, use_kv_cache, max_seq_len, max_context_len, " \
+              "get_max_seq_len, get_max_context_len"
+
+START_TEST(profile_unknown_keys) {
+    /* a typo of a known key: named, with the nearest key and the known keys */
+    prof_expect("{\"enable_dynamic_shap\": true, \"max_seq_len\": 16}", QC_ERR_UNKNOWN,
+                "p.json: unknown key 'enable_dynamic_shap' (did you mean "
+                "'enable_dynamic_shape'?); " KNOWN);
+    prof_expect("{\"max_seqlen\": 16}", QC_ERR_UNKNOWN,
+                "p.json: unknown key 'max_seqlen' (did you mean 'max_seq_len'?); " KNOWN);
+    prof_expect("{\"max_sqe_len\": 16}", QC_ERR_UNKNOWN, /* a transposition is one edit */
+                "p.json: unknown key 'max_sqe_len' (did you mean 'max_seq_len'?); " KNOWN);
+    prof_expect("{\"use_kv_cahce\": false}", QC_ERR_UNKNOWN,
+                "p.json: unknown key 'use_kv_cahce' (did you mean 'use_kv_cache'?); " KNOWN);
+    prof_expect("{\"Max_Context_Len\": 64}", QC_ERR_UNKNOWN, /* keys are case-sensitive */
+                "p.json: unknown key 'Max_Context_Len' (did you mean 'max_context_len'?); " KNOWN);
+    /* nothing within edit distance 2: no suggestion */
+    prof_expect("{\"max_ctx_len\": 64}", QC_ERR_UNKNOWN,
+                "p.json: unknown key 'max_ctx_len'; " KNOWN);
+    prof_expect("{\"dynamic\": true}", QC_ERR_UNKNOWN, "p.json: unknown key 'dynamic'; " KNOWN);
+    prof_expect("{\"\": 1}", QC_ERR_UNKNOWN, "p.json: unknown key ''; " KNOWN);
+    /* an unknown key after valid ones, a control character shown cleaned */
+    prof_expect("{\"max_seq_len\": 16, \"x\\u0001\": 1}", QC_ERR_UNKNOWN,
+                "p.json: unknown key 'x?'; " KNOWN);
+    /* a key twice; a short name and its ExecuTorch name that disagree */
+    prof_expect("{\"max_seq_len\": 16, \"max_seq_len\": 32}", QC_ERR_FORMAT,
+                "p.json: key 'max_seq_len' appears more than once");
+    prof_expect("{\"max_seq_len\": 16, \"get_max_seq_len\": 32}", QC_ERR_FORMAT,
+                "p.json: max_seq_len 16 and get_max_seq_len 32 disagree (give one)");
+    prof_expect("{\"max_context_len\": 16, \"get_max_context_len\": 32}", QC_ERR_FORMAT,
+                "p.json: max_context_len 16 and get_max_context_len 32 disagree (give one)");
+    /* every known key, both spellings agreeing: accepted */
+    prof_expect("{\"enable_dynamic_shape\": true, \"use_kv_cache\": true, \"max_seq_len\": 8, "
+                "\"get_max_seq_len\": 8, \"max_context_len\": 32, \"get_max_context_len\": 32}",
+                QC_OK, NULL);
+    prof_expect("{}", QC_OK, NULL);
+}
+END_TEST
+
+/* A FIFO / a directory / a device as the profile file: refused at once (alarm: a hang fails). */
+START_TEST(profile_load_not_regular) {
+    char dir[] = "/tmp/qc_test_prefill_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256], want[320];
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    qc_profile p;
+    qc_err e = {0};
+    alarm(10);
+    ck_assert_int_eq(qc_profile_load(path, &p, &e), QC_ERR_IO);
+    alarm(0);
+    snprintf(want, sizeof want, "%s: not a regular file (a FIFO)", path);
+    ck_assert_str_eq(e.msg, want);
+    unlink(path);
+    ck_assert_int_eq(qc_profile_load(dir, &p, &e), QC_ERR_IO);
+    snprintf(want, sizeof want, "%s: not a regular file (a directory)", dir);
+    ck_assert_str_eq(e.msg, want);
+    ck_assert_int_eq(qc_profile_load("/dev/null", &p, &e), QC_ERR_IO);
+    ck_assert_str_eq(e.msg, "/dev/null: not a regular file (a character device)");
+    /* a regular file with a typo in it: the load names the file and the key */
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"enable_dynamic_shap\": true}", f);
+    fclose(f);
+    ck_assert_int_eq(qc_profile_load(path, &p, &e), QC_ERR_UNKNOWN);
+    ck_assert_msg(strstr(e.msg, path) == e.msg && strstr(e.msg, "'enable_dynamic_shap'"), "%s",
+                  e.msg);
+    /* larger than QC_PROFILE_MAX_BYTES */
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputc('{', f);
+    for (size_t i = 0; i < QC_PROFILE_MAX_BYTES; i++) fputc(' ', f);
+    fputc('}', f);
+    fclose(f);
+    ck_assert_int_eq(qc_profile_load(path, &p, &e), QC_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, path) == e.msg && strstr(e.msg, "limit"), "%s", e.msg);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *su = suite_create("prefill");
     TCase *tc = tcase_create("controller");
@@ -219,6 +317,10 @@ int main(void) {
     tcase_add_test(tc, fault_static_no_advance);
     tcase_add_test(tc, profile_json);
     suite_add_tcase(su, tc);
+    TCase *pr = tcase_create("profile");
+    tcase_add_test(pr, profile_unknown_keys);
+    tcase_add_test(pr, profile_load_not_regular);
+    suite_add_tcase(su, pr);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);

@@ -91,7 +91,7 @@ static void tokens_for(int32_t *tok, int n, int V, uint32_t seed) {
 static void fwd(qc_backend *be, const int32_t *tok, int n, int pos, qc_state *st, float *logits,
                 int all) {
     qc_err e = {0};
-    qc_status s = be->forward(be, tok, n, pos, st, logits, all, &e);
+    qc_status s = qc_backend_forward(be, tok, n, pos, st, logits, all, &e);
     if (s != QC_OK) ck_abort_msg("forward(n=%d, pos=%d): %s", n, pos, e.msg);
 }
 
@@ -331,31 +331,32 @@ START_TEST(bad_calls_rejected_state_untouched) {
     qc_err e = {0};
 
     int32_t bad[3] = {1, V, 2};
-    ck_assert_int_eq(be->forward(be, bad, 3, 5, st, logits, 1, &e), QC_ERR_RANGE);
-    ck_assert_msg(strstr(e.msg, "token 1") && strstr(e.msg, "64"), "message: %s", e.msg);
+    ck_assert_int_eq(qc_backend_forward(be, bad, 3, 5, st, logits, 1, &e), QC_ERR_RANGE);
+    ck_assert_msg(strstr(e.msg, "token 64 (index 1)") && strstr(e.msg, "[0, 64)"), "message: %s",
+                  e.msg);
     ck_assert(state_identical(st, copy));
     int32_t neg[2] = {3, -7};
-    ck_assert_int_eq(be->forward(be, neg, 2, 5, st, logits, 1, &e), QC_ERR_RANGE);
-    ck_assert_msg(strstr(e.msg, "token 1") && strstr(e.msg, "-7"), "message: %s", e.msg);
+    ck_assert_int_eq(qc_backend_forward(be, neg, 2, 5, st, logits, 1, &e), QC_ERR_RANGE);
+    ck_assert_msg(strstr(e.msg, "token -7 (index 1)"), "message: %s", e.msg);
     ck_assert(state_identical(st, copy));
     /* start_pos + n beyond the context */
-    ck_assert_int_eq(be->forward(be, tok, 6, 5, st, logits, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_backend_forward(be, tok, 6, 5, st, logits, 1, &e), QC_ERR_RANGE);
     ck_assert(state_identical(st, copy));
     /* n > max_tokens (8) */
-    ck_assert_int_eq(be->forward(be, tok, 9, 0, st, logits, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_backend_forward(be, tok, 9, 0, st, logits, 1, &e), QC_ERR_RANGE);
     ck_assert(state_identical(st, copy));
     /* n < 1, start_pos < 0 */
-    ck_assert_int_eq(be->forward(be, tok, 0, 5, st, logits, 1, &e), QC_ERR_RANGE);
-    ck_assert_int_eq(be->forward(be, tok, 1, -1, st, logits, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_backend_forward(be, tok, 0, 5, st, logits, 1, &e), QC_ERR_RANGE);
+    ck_assert_int_eq(qc_backend_forward(be, tok, 1, -1, st, logits, 1, &e), QC_ERR_RANGE);
     ck_assert(state_identical(st, copy));
     /* exactly filling the context is fine */
-    ck_assert_int_eq(be->forward(be, tok, 5, 5, st, logits, 0, &e), QC_OK);
+    ck_assert_int_eq(qc_backend_forward(be, tok, 5, 5, st, logits, 0, &e), QC_OK);
     /* a state of another geometry is refused */
     qc_config other = m->cfg;
     other.lin_v_dim = 5;
     qc_state *wrong = NULL;
     ck_assert_int_eq(qc_state_create(&other, 10, &wrong, NULL), QC_OK);
-    ck_assert_int_ne(be->forward(be, tok, 1, 0, wrong, NULL, 0, &e), QC_OK);
+    ck_assert_int_ne(qc_backend_forward(be, tok, 1, 0, wrong, NULL, 0, &e), QC_OK);
     qc_state_destroy(wrong);
     qc_state_destroy(st); qc_state_destroy(copy);
     qc_backend_destroy(be);

@@ -154,6 +154,17 @@ START_TEST(junit_report) {
         snprintf(cmd, sizeof cmd, "xmllint --noout --schema '%s/tests/data/junit.xsd' '%s'",
                  QC_SOURCE_DIR, path);
         ck_assert_msg(system(cmd) == 0, "xmllint rejected %s", path);
+        /* and the Jenkins xunit plugin's schema (no "skipped" on testsuites) */
+        snprintf(cmd, sizeof cmd,
+                 "xmllint --noout --schema '%s/tests/data/junit-jenkins.xsd' '%s'",
+                 QC_SOURCE_DIR, path);
+        ck_assert_msg(system(cmd) == 0, "xmllint (junit-jenkins.xsd) rejected %s", path);
+        snprintf(cmd, sizeof cmd,
+                 "printf '<testsuites skipped=\"0\"><testsuite name=\"x\" tests=\"0\" "
+                 "failures=\"0\" errors=\"0\"/></testsuites>' > '%s/bad2.xml' && ! xmllint "
+                 "--noout --schema '%s/tests/data/junit-jenkins.xsd' '%s/bad2.xml' 2>/dev/null",
+                 tmpdir, QC_SOURCE_DIR, tmpdir);
+        ck_assert_msg(system(cmd) == 0, "junit-jenkins.xsd accepted testsuites@skipped");
         /* and the schema is not vacuous: a testcase without classname is rejected */
         snprintf(cmd, sizeof cmd,
                  "printf '<testsuites><testsuite name=\"x\" tests=\"1\"><testcase name=\"n\"/>"
@@ -171,6 +182,8 @@ START_TEST(junit_report) {
              "root = ET.parse(sys.argv[1]).getroot()\n"
              "assert root.tag == 'testsuites', root.tag\n"
              "assert root.get('tests') == '3' and root.get('failures') == '1', root.attrib\n"
+             "assert root.get('skipped') is None, root.attrib\n"
+             "assert root.find('testsuite').get('skipped') == '0'\n"
              "suites = root.findall('testsuite')\n"
              "assert [s.get('name') for s in suites] == ['a', 'b'], suites\n"
              "cases = root.findall('.//testcase')\n"
@@ -191,6 +204,107 @@ START_TEST(junit_report) {
 }
 END_TEST
 
+/* An ERROR row next to a FAIL row: exit 2 by the precedence, the error counted on the first
+ * summary line, "failed" on the last line counts failures only (1, not 2). */
+START_TEST(console_summary_error_and_failure) {
+    qc_results r;
+    make_results(&r);
+    qc_check_row w;
+    memset(&w, 0, sizeof w);
+    snprintf(w.stem, sizeof w.stem, "b");
+    snprintf(w.case_name, sizeof w.case_name, "_file");
+    snprintf(w.backend, sizeof w.backend, "-");
+    snprintf(w.mode, sizeof w.mode, "-");
+    snprintf(w.check, sizeof w.check, "open");
+    w.verdict = QC_VERDICT_ERROR;
+    snprintf(w.keyline, sizeof w.keyline, "x.h5: not an HDF5 file");
+    ck_assert_ptr_nonnull(qc_results_add(&r, &w));
+    r.stopped_early = 1;
+    r.maxfail = 2;
+    ck_assert_int_eq(qc_results_exit_code(&r), 2);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert_ptr_nonnull(f);
+    qc_report_console_summary(f, &r);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "4 checks in 1.5 s (policy: built-in): 1 error; exit 2"));
+    ck_assert_ptr_nonnull(strstr(buf, "stopped early: --maxfail 2 reached (2 failing checks)"));
+    buf[len - 1] = 0;
+    const char *last = strrchr(buf, '\n');
+    ck_assert_str_eq(last ? last + 1 : buf, "1 passed, 1 failed, 1 skipped");
+    /* exactly one "N passed, M failed" line */
+    int lines = 0;
+    for (const char *p = buf; (p = strstr(p, " passed, ")) != NULL; p++) lines++;
+    ck_assert_int_eq(lines, 1);
+    free(buf);
+    /* the JSON keeps the failure visible whatever the exit code */
+    char *js = qc_report_json_string(&r);
+    ck_assert_ptr_nonnull(js);
+    cJSON *root = cJSON_Parse(js);
+    cJSON *sum = cJSON_GetObjectItem(root, "summary");
+    ck_assert_int_eq(cJSON_GetObjectItem(sum, "exit_code")->valueint, 2);
+    ck_assert_int_eq(cJSON_GetObjectItem(sum, "failed")->valueint, 1);
+    ck_assert_int_eq(cJSON_GetObjectItem(sum, "errors")->valueint, 1);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(sum, "stopped_early")));
+    ck_assert_int_eq(cJSON_GetObjectItem(sum, "maxfail")->valueint, 2);
+    cJSON_Delete(root);
+    free(js);
+    qc_results_free(&r);
+}
+END_TEST
+
+START_TEST(exit_precedence) {
+    /* 2 (error) > 1 (failure) > 3 (nothing checked) > 0 (pass); -1 = unset */
+    ck_assert_int_eq(qc_exit_precedence(1, 2), 2);
+    ck_assert_int_eq(qc_exit_precedence(2, 1), 2);
+    ck_assert_int_eq(qc_exit_precedence(3, 1), 1);
+    ck_assert_int_eq(qc_exit_precedence(0, 3), 3);
+    ck_assert_int_eq(qc_exit_precedence(-1, 0), 0);
+    ck_assert_int_eq(qc_exit_precedence(2, 3), 2);
+    qc_results r;
+    qc_results_init(&r);
+    ck_assert_int_eq(qc_results_exit_code(&r), 3); /* no row: nothing checked */
+    r.exit_code = 2;                                /* e.g. no golden could be listed */
+    ck_assert_int_eq(qc_results_exit_code(&r), 2);
+    qc_results_free(&r);
+}
+END_TEST
+
+/* Warnings reach the JSON "warnings" array and every JUnit testsuite's <system-err>. */
+START_TEST(warnings_in_reports) {
+    qc_results r;
+    make_results(&r);
+    qc_results_warn(&r, "policy %s: overrides[%d] can never match <&>", "t.json", 0);
+    ck_assert_int_eq(r.n_warnings, 1);
+    char *js = qc_report_json_string(&r);
+    cJSON *root = cJSON_Parse(js);
+    cJSON *wa = cJSON_GetObjectItem(root, "warnings");
+    ck_assert_int_eq(cJSON_GetArraySize(wa), 1);
+    ck_assert_str_eq(cJSON_GetArrayItem(wa, 0)->valuestring,
+                     "policy t.json: overrides[0] can never match <&>");
+    cJSON_Delete(root);
+    free(js);
+    char *x = qc_report_junit_string(&r);
+    ck_assert_ptr_nonnull(x);
+    int n = 0;
+    for (const char *p = x; (p = strstr(p, "<system-err>warning: policy t.json: overrides[0] can "
+                                           "never match &lt;&amp;&gt;")) != NULL; p++)
+        n++;
+    ck_assert_int_eq(n, 2); /* two suites (a, b) */
+    free(x);
+    qc_results_free(&r);
+    /* no row at all: one empty suite still carries them */
+    qc_results_init(&r);
+    qc_results_warn(&r, "w");
+    x = qc_report_junit_string(&r);
+    ck_assert_ptr_nonnull(strstr(x, "tests=\"0\""));
+    ck_assert_ptr_nonnull(strstr(x, "<system-err>warning: w"));
+    free(x);
+    qc_results_free(&r);
+}
+END_TEST
+
 START_TEST(console_summary_last_line) {
     qc_results r;
     make_results(&r);
@@ -206,11 +320,13 @@ START_TEST(console_summary_last_line) {
     ck_assert_ptr_nonnull(strstr(buf, "a/len130"));
     ck_assert_ptr_nonnull(strstr(buf, "FAIL"));
     ck_assert_ptr_nonnull(strstr(buf, "  h5diff -r -d 0.001"));
-    /* the last line is exactly "1 passed, 1 failed" */
+    /* the last line is exactly "1 passed, 1 failed, 1 skipped"; one summary, no errors */
     ck_assert(len > 0 && buf[len - 1] == '\n');
     buf[len - 1] = 0;
     const char *last = strrchr(buf, '\n');
-    ck_assert_str_eq(last ? last + 1 : buf, "1 passed, 1 failed");
+    ck_assert_str_eq(last ? last + 1 : buf, "1 passed, 1 failed, 1 skipped");
+    ck_assert_ptr_nonnull(strstr(buf, "3 checks in 1.5 s (policy: built-in): 0 errors; exit 1"));
+    ck_assert_ptr_null(strstr(buf, "stopped early"));
     free(buf);
     /* quiet hides passing rows */
     buf = NULL;
@@ -232,6 +348,9 @@ int main(void) {
     tcase_add_test(t, json_report);
     tcase_add_test(t, junit_report);
     tcase_add_test(t, console_summary_last_line);
+    tcase_add_test(t, console_summary_error_and_failure);
+    tcase_add_test(t, exit_precedence);
+    tcase_add_test(t, warnings_in_reports);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -183,7 +183,7 @@ START_TEST(test_outputs_independent) {
     qc_err err;
     ck_assert_int_eq(qc_state_create(c, CTX, &st, &err), QC_OK);
     float *direct = malloc((size_t)T * V * sizeof(float));
-    ck_assert_int_eq(be_->forward(be_, t, T, 0, st, direct, 1, &err), QC_OK);
+    ck_assert_int_eq(qc_backend_forward(be_, t, T, 0, st, direct, 1, &err), QC_OK);
     double dd = scaled_diff(direct, r.prefill_logits, (size_t)T * V);
     ck_assert_msg(dd < 1e-5, "one forward vs dynamic chunks of %d: %g", SEQ, dd);
     /* the decode tokens are greedy and the margins top1 - top2 of the choosing row */

@@ -390,8 +390,8 @@ static int qcb_forward(void *handle, const int32_t *tokens, int32_t n, int32_t s
     h->cur_n = n;
     qc_err e;
     qc_err_clear(&e);
-    qc_status s = h->be->forward(h->be, tokens, n, start_pos, h->st, logits, all_logits ? 1 : 0,
-                                 &e);
+    qc_status s = qc_backend_forward(h->be, tokens, n, start_pos, h->st, logits,
+                                     all_logits ? 1 : 0, &e);
     h->cur_n = 0;
     if (s != QC_OK)
         return seterr(h, QC_PLUGIN_ERROR, "forward: %s (%s)", e.msg, qc_status_str(s));

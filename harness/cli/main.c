@@ -18,6 +18,7 @@ static const char usage[] =
     "       qwen-conform inspect F.h5            provenance and coverage of a golden file\n"
     "       qwen-conform diff GOLDEN.h5 ACTUAL.h5  check another runtime's output (golden layout)\n"
     "       qwen-conform calibrate --golden DIR  measure noise, suggest a tolerance policy\n"
+    "       qwen-conform policy --print [--policy F] [--golden DIR]  the effective policy\n"
     "       qwen-conform bench ...               performance comparison of the backends\n"
     "       qwen-conform adapter-serve PLUGIN.so[,k=v...]  serve a plugin over the adapter\n"
     "                                            protocol on stdin/stdout (isolate:plugin:)\n"
@@ -54,6 +55,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "inspect")) rc = qc_cmd_inspect(argc - 1, argv + 1);
     else if (!strcmp(cmd, "diff")) rc = qc_cmd_diff(argc - 1, argv + 1);
     else if (!strcmp(cmd, "calibrate")) rc = qc_cmd_calibrate(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "policy")) rc = qc_cmd_policy(argc - 1, argv + 1);
     else if (!strcmp(cmd, "bench")) rc = qc_cmd_bench(argc - 1, argv + 1);
     else if (!strcmp(cmd, "adapter-serve")) rc = qc_cmd_adapter_serve(argc - 1, argv + 1);
     else if (cmd[0] == '-') rc = qc_cmd_check(argc, argv); /* default command */

@@ -3,16 +3,27 @@
  * A backend owns its forward pass (and any repacked weights / scratch, allocated once at
  * create); it shares the loader (qc_model), the state (qc_state) and the prefill controller.
  *
- * forward(tokens[n], start_pos, state, logits, all_logits):
- *   processes tokens at positions start_pos .. start_pos+n-1 against `state` and updates it
+ * The call contract — checked ONCE, for every backend, by qc_backend_forward (runtime), which then
+ * calls be->forward; the prefill controller and every other caller go through it:
+ *   qc_backend_forward(be, tokens[n], start_pos, st, logits, all_logits, err)
+ *   processes tokens at positions start_pos .. start_pos+n-1 against `st` and updates it
  *   (k/v cache slots start_pos.., conv_state, recurrent_state). It never resets the state; it
- *   never changes state->pos (the controller does). n > 1 is a parallel prefill (projections
+ *   never changes st->pos (the controller does). n > 1 is a parallel prefill (projections
  *   over all n tokens, causal attention within the call against the cache, DeltaNet by the
  *   chunked algorithm or the recurrence per opts.dn_kernel).
  *   logits: NULL (skip the lm_head), or [n, V] when all_logits, or [1, V] (last position).
- *   Errors (QC_ERR_RANGE): n < 1, n > opts.max_tokens, start_pos + n > state capacity, a token
- *   id outside [0, V). On error the state may be partially updated only if the error is raised
- *   after validation (never for these argument errors).
+ * Refused before anything is touched, with one wording whatever the backend (messages start
+ * with "forward: "):
+ *   QC_ERR_ARG    tokens or st NULL; st's geometry differs from the model config (layers,
+ *                 kv heads, head_dim, conv dim / kernel, DeltaNet heads and dims, or a missing
+ *                 buffer of a layer); opts.dn_kernel not QC_DN_CHUNKED / QC_DN_RECURRENT;
+ *                 opts.chunk_size < 1; a chunked call whose chunk min(chunk_size, n) exceeds
+ *                 be->max_chunk_tokens (when > 0: the backend's chunk scratch, sized at create)
+ *   QC_ERR_RANGE  n < 1 or n > opts.max_tokens; start_pos < 0; start_pos + n > the state
+ *                 capacity (st->max_context_len); a token id outside [0, V)
+ * be->forward is the backend's math only: it may assume the contract holds (it keeps only the
+ * checks about its own internals). Errors raised after validation (a runtime under test failing)
+ * may leave the state partially updated.
  *
  * Options read at every call: dn_kernel, chunk_size, trace, trace_user (may be changed
  * between calls). Fixed at create: n_threads, max_tokens.
@@ -70,6 +81,9 @@ struct qc_backend {
     int max_tokens_per_call; /* largest n the runtime accepts per call (1: a static [1,1] export;
                                 0: opts.max_tokens) */
     int max_context_len;     /* positions the runtime holds (0: no limit of its own) */
+    int max_chunk_tokens;    /* largest chunked-DeltaNet chunk, min(opts.chunk_size, n), the
+                                backend's scratch holds (0: any; see the call contract) */
+    /* the math of one call; validated arguments only: call qc_backend_forward */
     qc_status (*forward)(qc_backend *be, const int32_t *tokens, int n, int start_pos,
                          qc_state *st, float *logits, int all_logits, qc_err *err);
     void (*destroy)(qc_backend *be); /* frees impl and be itself */
@@ -83,6 +97,11 @@ struct qc_backend {
      * st has them). QC_ERR_UNSUPPORTED when n_pos exceeds what the runtime can expose. */
     qc_status (*sync_state)(qc_backend *be, qc_state *st, int n_pos, qc_err *err);
 };
+
+/* The one entry point of a forward pass: validates the call contract above (status and message
+ * the same for every backend), then returns be->forward(...). err may be NULL. */
+qc_status qc_backend_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
+                             qc_state *st, float *logits, int all_logits, qc_err *err);
 
 /* Reset a sequence on both sides: st to exact zeros (pos 0) and, for a runtime with its own
  * state, be->reset. */
@@ -98,6 +117,10 @@ qc_status qc_backend_sync_state(qc_backend *be, qc_state *st, int n_pos, qc_err 
  * (qc/qc_reference.h) and qc_optimized_create (qc/qc_optimized.h) make the built-in ones; the
  * harness maps `--backend` names to them, to plugins and to adapters (harness/qc_registry.h). */
 void qc_backend_destroy(qc_backend *be); /* NULL-safe */
+/* What every backend's create checks first, one wording for all: m non-NULL, o non-NULL,
+ * o->max_tokens >= 1 (QC_ERR_ARG "create: ..."), then qc_model_validate(m) (the one model
+ * check: config geometry, every tensor present, supported dtype, expected shape). */
+qc_status qc_backend_check_create(const qc_model *m, const qc_backend_opts *o, qc_err *err);
 /* Allocate a zeroed qc_backend with caps = QC_BE_CAP_ALL (what every backend's create starts
  * from); NULL when out of memory. */
 qc_backend *qc_backend_alloc(void);

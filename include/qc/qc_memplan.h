@@ -5,13 +5,14 @@
  *   weights  the weight storage: every tensor of the config in `weight_dtype` (A_log and the
  *            gated-norm weight always F32, as real checkpoints and qc_model_synthetic store
  *            them); mmapped checkpoints are counted too (their pages are touched by a forward);
- *   backend  the backends' private memory for opts.max_tokens tokens, per backend alive at
- *            once (n_backends): fp32 copies of the small vectors, the activation scratch, the
- *            chunked-DeltaNet scratch ([max_tokens]^2 for one chunk of max_tokens) and, for each
- *            backend that packs its tokens (n_token_packs: the optimized backend), the packed
- *            tokens [max_tokens, max K] (the built-in backends read the weights in place). The
- *            runtime never names a backend: the harness's registry says what a backend name
- *            costs (qc_registry_memplan in harness/qc_registry.h);
+ *   backend  the backends' private memory, per backend alive at once: what each backend REPORTS
+ *            for its options (the built-in ones: qc_reference_scratch_bytes /
+ *            qc_optimized_scratch_bytes, the counting pass of the very layout code their create
+ *            allocates with — the fp32 small weights, the activations for max_tokens tokens,
+ *            the chunk scratch, per-thread scratch...). The planner only sums
+ *            rq->backend_bytes[]; it never re-derives a backend's layout. The runtime never
+ *            names a backend: the harness's registry fills the list for a backend name
+ *            (qc_registry_memplan in harness/qc_registry.h);
  *   state    qc_state for max_context_len positions (exactly qc_state_bytes' formula);
  *   runner   the prefill controller's own buffers (token history [max_context_len], last
  *            logits [V], and [max_context_len, V] logits for a no-KV-cache profile) and what
@@ -27,7 +28,8 @@
  *
  * Typical use (record / bench / check, before creating the model, the backend and the state):
  *   qc_memplan_req rq; qc_memplan_req_init(&rq, &cfg, QC_BF16, ctx, max_tokens);
- *   rq.n_token_packs = 1;   // e.g. one optimized backend (or qc_registry_memplan(name, &rq, err))
+ *   rq.n_threads = threads;           // the options the backends will be made with
+ *   qc_registry_memplan(name, &rq, err);  // or qc_memplan_add_backend(&rq, bytes, err) per backend
  *   rq.n_logit_rows = T + S;
  *   if ((st = qc_memplan_enforce(&rq, max_memory_flag_or_NULL, "record", &plan, err))) fail;
  */
@@ -42,17 +44,20 @@
 #include "qc/qc_status.h"
 
 #define QC_MEMPLAN_OVERHEAD ((uint64_t)64 << 20) /* fixed process allowance: 64 MiB */
+#define QC_MEMPLAN_MAX_BACKENDS 8                /* backends one request can hold */
 
 typedef struct {
     const qc_config *cfg;    /* model dimensions (borrowed) */
     qc_dtype weight_dtype;   /* storage dtype of the weight matrices */
     uint64_t weight_bytes;   /* 0: computed from cfg + weight_dtype; else this exact count
                                 (e.g. qc_model_weight_bytes of a loaded model) */
-    int n_backends;          /* backends alive at once, each with its scratch (>= 1) */
-    int n_token_packs;       /* of those, backends that pack the tokens once per matrix,
-                                [max_tokens, max K] floats (0..n_backends) */
     int max_context_len;     /* state capacity in positions (>= 1) */
     int max_tokens;          /* backend opts.max_tokens (>= 1) */
+    int n_threads;           /* backend opts.n_threads (0: the OpenMP default) */
+    int chunk_size;          /* backend opts.chunk_size at create (default 64) */
+    int n_backends;          /* backends alive at once (0..QC_MEMPLAN_MAX_BACKENDS) */
+    uint64_t backend_bytes[QC_MEMPLAN_MAX_BACKENDS]; /* what each of them reports it allocates
+                                for the options above (qc_registry_memplan fills them) */
     int n_logit_rows;        /* logits rows [rows, V] the caller keeps (>= 0) */
     int n_hidden_tokens;     /* tokens whose [L+1, ., H] hidden states are captured (>= 0) */
     int n_state_copies;      /* extra full states kept by the caller (>= 0) */
@@ -69,10 +74,24 @@ typedef struct {
     uint64_t total;          /* bytes: the sum */
 } qc_memplan;
 
-/* rq with the given fields, one backend without a token pack (n_backends 1, n_token_packs 0)
- * and n_logit_rows = n_hidden_tokens = n_state_copies = nokv = 0. */
+/* rq with the given fields, n_threads 0, chunk_size 64, no backend yet (n_backends 0: add them
+ * with qc_registry_memplan or qc_memplan_add_backend) and n_logit_rows = n_hidden_tokens =
+ * n_state_copies = nokv = 0. */
 void qc_memplan_req_init(qc_memplan_req *rq, const qc_config *cfg, qc_dtype weight_dtype,
                          int max_context_len, int max_tokens);
+
+/* One more backend alive at once, with the private memory it reports (e.g.
+ * qc_reference_scratch_bytes(cfg, &opts)). QC_ERR_RANGE when bytes is SIZE_MAX / UINT64_MAX
+ * (the backend's size overflowed), QC_ERR_ARG when the request already holds
+ * QC_MEMPLAN_MAX_BACKENDS. `what` names the backend in messages. */
+qc_status qc_memplan_add_backend(qc_memplan_req *rq, const char *what, uint64_t bytes,
+                                 qc_err *err);
+
+/* The config sanity every estimate starts with (also what a backend's scratch-size function
+ * requires): n_layers in [0, QC_MAX_LAYERS], every dimension in [0, 2^24], and the derived row
+ * counts (conv dim, q_proj rows, k/v rows) below 2^30. QC_ERR_ARG / QC_ERR_RANGE naming the
+ * field. */
+qc_status qc_memplan_check_config(const qc_config *cfg, qc_err *err);
 
 /* Estimate. QC_ERR_ARG for bad request fields; QC_ERR_RANGE when a product overflows 64
  * bits (the message names the term). */

@@ -93,6 +93,14 @@ qc_status qc_model_load(const char *dir, qc_model **out, qc_err *err);
 qc_status qc_model_synthetic(const qc_config *cfg, qc_dtype dtype, uint64_t seed, qc_model **out,
                              qc_err *err);
 
+/* The one model check, shared by the loader (after its own per-file checks), qc_model_synthetic
+ * and every backend's create: the config geometry the forward pass needs (QC_ERR_ARG "model:
+ * config: ..."), then every tensor the config's layer kinds use present (QC_ERR_MISSING
+ * "model: layers.3.linear_attn.A_log: missing"), F32 / BF16 / F16 (QC_ERR_UNSUPPORTED) and of
+ * the expected shape (QC_ERR_SHAPE "model: layers.1.self_attn.q_proj.weight: shape [9,32] !=
+ * [8,32]"; conv1d [C, 1, K]). Names as in the checkpoint after the text prefix. */
+qc_status qc_model_validate(const qc_model *m, qc_err *err);
+
 /* Bytes of weight storage the model holds (for memory planning / bench reports). */
 size_t qc_model_weight_bytes(const qc_model *m);
 

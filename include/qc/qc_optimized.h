@@ -22,6 +22,15 @@ extern "C" {
 qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
                               qc_err *err);
 
+/* Every byte qc_optimized_create(m, o) allocates for a model of config c (o may be NULL:
+ * defaults): the fp32 small weights, the activations for o->max_tokens tokens, the packed token
+ * strips, and per thread (o->n_threads; 0 = the OpenMP default, omp_get_max_threads()) a GEMM
+ * weight panel and a DeltaNet chunk scratch for chunks of min(max(o->chunk_size, 256),
+ * o->max_tokens) tokens, plus the backend's own structs and job board — computed by the
+ * counting pass of the same layout code create allocates with. SIZE_MAX when the config is not
+ * plannable (qc_memplan_check_config), max_tokens < 1, or the size overflows. */
+size_t qc_optimized_scratch_bytes(const qc_config *c, const qc_backend_opts *o);
+
 #ifdef __cplusplus
 }
 #endif

@@ -37,9 +37,17 @@ qc_status qc_mode_parse(const char *s, qc_mode *m, qc_err *err);
 
 /* enable_dynamic_shape 0, use_kv_cache 1, max_seq_len 128, max_context_len 128. */
 void qc_profile_default(qc_profile *p);
-/* Parse profile JSON; absent fields keep ExecuTorch's defaults; `path` for messages. */
+/* Parse profile JSON; absent fields keep ExecuTorch's defaults; `path` for messages. Keys:
+ * enable_dynamic_shape, use_kv_cache, max_seq_len, max_context_len and the ExecuTorch method
+ * names get_max_seq_len, get_max_context_len (a short name and its method name may both appear
+ * only with the same value). Any other key is QC_ERR_UNKNOWN naming it and the known keys,
+ * with a "did you mean" when one is within edit distance 2; a repeated key is QC_ERR_FORMAT. */
 qc_status qc_profile_parse(const char *json, size_t len, const char *path, qc_profile *p,
                            qc_err *err);
+/* The largest profile file read (qc_profile_load, the CLI's --profile). */
+#define QC_PROFILE_MAX_BYTES ((size_t)64 << 10)
+/* Read and parse a profile file (a regular file only: a FIFO or a device is refused without
+ * blocking, qc_read_small_file). */
 qc_status qc_profile_load(const char *path, qc_profile *p, qc_err *err);
 /* Which strategy the profile selects. */
 qc_mode qc_profile_mode(const qc_profile *p);

@@ -18,10 +18,18 @@ extern "C" {
 
 /* A reference backend for m (borrowed; must outlive it). o may be NULL (qc_backend_opts_default).
  * Single-threaded: o->n_threads is ignored (no QC_BE_CAP_THREADS). be->name is "reference".
- * Errors: QC_ERR_SHAPE / QC_ERR_MISSING naming the tensor, QC_ERR_OOM. Free with
- * qc_backend_destroy. */
+ * Errors: those of qc_backend_check_create (QC_ERR_ARG, QC_ERR_SHAPE / QC_ERR_MISSING naming the
+ * tensor), QC_ERR_OOM. Free with qc_backend_destroy. */
 qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
                               qc_err *err);
+
+/* Every byte qc_reference_create(m, o) allocates for a model of config c (o may be NULL:
+ * defaults; only o->max_tokens matters): the owned fp32 small weights, the activation scratch
+ * for max_tokens tokens (one chunked-DeltaNet chunk of max_tokens included) and the backend's
+ * own structs — computed by the counting pass of the same layout code create allocates with.
+ * SIZE_MAX when the config is not plannable (qc_memplan_check_config), max_tokens < 1, or the
+ * size overflows. For the memory plan (the harness's registry reports it). */
+size_t qc_reference_scratch_bytes(const qc_config *c, const qc_backend_opts *o);
 
 #ifdef __cplusplus
 }

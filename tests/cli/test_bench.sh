@@ -57,6 +57,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["machine"]["cores"] >= 1 and d["machine"]["cpu"] and d["machine"]["isa"], d["machine"]
 assert d["machine"]["threads"] == 2
+assert d["schema_version"] == 1, d.get("schema_version")
 assert d["commit"] and d["date"].endswith("Z")
 assert d["config"]["prompt"] == 12 and d["config"]["static_prompt"] == 6 and d["config"]["decode"] == 3
 assert d["config"]["ref_prompt"] == 5 and d["config"]["ref_decode"] == 2 and d["config"]["reps"] == 3
@@ -115,6 +116,16 @@ rc=$?
 "$QC" bench "${ARGS[@]}" --baseline "$TMP/other.json" >"$TMP/stdout" 2>"$TMP/stderr"
 rc=$?
 [ $rc = 3 ] && grep -q 'no metric matching' "$TMP/stderr" && ok "no matching metric exits 3" || bad "no match: exit $rc"
+
+# a baseline of another report schema_version is refused; one without (older reports) is read
+"$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); d['schema_version']=99; json.dump(d, open(sys.argv[2],'w'))" "$OUT/b.json" "$TMP/v99.json"
+"$QC" bench "${ARGS[@]}" --baseline "$TMP/v99.json" --max-regression 99 >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q 'v99.json: schema_version is not 1' "$TMP/stderr" && ok "a baseline of schema_version 99 exits 2" || bad "v99 baseline: exit $rc"
+"$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); d.pop('schema_version'); json.dump(d, open(sys.argv[2],'w'))" "$OUT/b.json" "$TMP/v0.json"
+"$QC" bench "${ARGS[@]}" --baseline "$TMP/v0.json" --max-regression 99 >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 0 ] && ok "a baseline without schema_version (older report) is read" || bad "unversioned baseline: exit $rc"
 
 # ---- bad input -----------------------------------------------------------------------------
 echo '{"results": [' >"$TMP/broken.json"

@@ -35,7 +35,8 @@ expect_rc 2 "bad --mode" -- "$QC" --golden "$ONE" --mode fast
 expect_rc 2 "bad --shard" -- "$QC" --golden "$ONE" --shard 3/2
 expect_rc 2 "bad --filter regex" -- "$QC" --golden "$ONE" --filter '('
 grep -q "bad regex" "$TMP/err" && ok "bad regex is named" || bad "bad regex message"
-echo '{"schema_version": 1, "defaults": {}}' > "$TMP/badpol.json"
+# (a partial policy is merged over the built-in defaults; an unknown class is still an error)
+echo '{"schema_version": 1, "defaults": {"logit": {"atol": 0.01}}}' > "$TMP/badpol.json"
 expect_rc 2 "invalid policy file" -- "$QC" --golden "$ONE" --policy "$TMP/badpol.json"
 grep -q "badpol.json" "$TMP/err" && ok "policy error names the file" || bad "policy error message"
 expect_rc 2 "missing golden path" -- "$QC" --golden "$TMP/nope"
@@ -76,7 +77,8 @@ if [ -s "$TMP/s1" ] && [ -s "$TMP/s2" ] && [ -z "$(comm -12 <(sort "$TMP/s1") <(
 expect_rc 0 "real run (len001, len005; all backends and modes)" -- \
   "$QC" --golden "$ONE" --filter '/len00[15]/' --json "$TMP/r.json" --junit "$TMP/r.xml"
 last=$(tail -n 1 "$TMP/out")
-if echo "$last" | grep -qE '^[0-9]+ passed, 0 failed$'; then ok "summary line: $last"; else bad "summary line: '$last'"; fi
+if echo "$last" | grep -qE '^[0-9]+ passed, 0 failed(, [0-9]+ skipped)?$'; then ok "summary line: $last"; else bad "summary line: '$last'"; fi
+[ "$(grep -cE '^[0-9]+ passed, [0-9]+ failed' "$TMP/out")" -eq 1 ] && ok "one summary line" || bad "more than one summary line"
 for c in prefill.logits prefill.hidden argmax decode.logits prefill.recurrent_state decode.k_cache \
          static_eq_dynamic chunked_eq_recurrent garbage_reset unused_slots model_hash; do
   grep -q " $c " "$TMP/out" && ok "table has $c" || bad "table lacks $c"
@@ -97,6 +99,9 @@ EOF
 if command -v xmllint >/dev/null 2>&1; then
   xmllint --noout --schema "$SRC/tests/data/junit.xsd" "$TMP/r.xml" 2>"$TMP/xerr" \
     && ok "JUnit validates against tests/data/junit.xsd" || { bad "JUnit schema"; cat "$TMP/xerr"; }
+  xmllint --noout --schema "$SRC/tests/data/junit-jenkins.xsd" "$TMP/r.xml" 2>"$TMP/xerr" \
+    && ok "JUnit validates against tests/data/junit-jenkins.xsd (Jenkins xunit plugin)" \
+    || { bad "JUnit Jenkins schema"; cat "$TMP/xerr"; }
 else
   echo "note - xmllint not installed (libxml2-utils): JUnit schema check skipped"
 fi

@@ -42,7 +42,7 @@ static int run(const char *label, create_fn create, const qc_model *m) {
     float *logits = malloc((size_t)N_TOKENS * (size_t)V * sizeof *logits);
     if (!logits) return 1;
     if (create(m, &o, &be, &e) != QC_OK || qc_state_create(&m->cfg, N_TOKENS, &st, &e) != QC_OK ||
-        be->forward(be, toks, N_TOKENS, 0, st, logits, 1, &e) != QC_OK) {
+        qc_backend_forward(be, toks, N_TOKENS, 0, st, logits, 1, &e) != QC_OK) {
         fprintf(stderr, "qc_consumer: %s: %s\n", label, e.msg);
         return 1;
     }
