@@ -5,8 +5,9 @@
  * (`/bin/sh -c "exec <this binary> --qc-adapter-child <script>"`), and the conversation below
  * (hello, open, reset, forward with hidden states, get_hidden, get_state of every buffer,
  * fill_state, set_option, a second reset + forward, close) is driven with a short per-request
- * timeout. The child is this same executable in "child mode" (LLVMFuzzerInitialize sees the
- * flag before libFuzzer does): it plays the fuzz input as its stdout, one record per answer.
+ * timeout. The child plays the fuzz input as its stdout, one record per answer: a small Perl
+ * program (perl_child below; fast to start) or, without /usr/bin/perl, this same executable in
+ * "child mode" (LLVMFuzzerInitialize sees the flag before libFuzzer does); both behave alike.
  *
  * Input: a sequence of records  [flags u8][length u16 LE][length bytes]. Record 0 is written
  * at once (the hello); each later record after the child has read the next request frame (so
@@ -17,7 +18,9 @@
  *   bits 0-1  0 wait for the next request; 1 exit with status flags >> 5; 2 hang (the host's
  *             timeout); 3 die by a signal (SIGKILL, or SIGTERM when bit 4 is set)
  *   bit 2     the bytes go to stderr too (the host quotes its last lines in messages)
- *   bit 3     written without waiting for a request (a second, unsolicited answer)
+ *   bit 3     written together with the record before it (one write(): a second,
+ *             unsolicited answer already there when the host checks before its next request);
+ *             the last record of such a group gives the action, any one bit 2
  * The child exits when its stdin ends, after answering `close`, when the records run out, and
  * when no request comes within CHILD_WAIT_MS (so a frame the host waits to complete ends in
  * EOF, not in the host's timeout).
@@ -48,6 +51,7 @@
 #define CHILD_FLAG "--qc-adapter-child"
 #define HOST_TIMEOUT_S 0.3
 #define CHILD_WAIT_MS 150
+#define CHILD_WAIT_S_STR "0.15" /* the same, for the Perl child */
 #define MAX_INPUT 65536
 #define MAX_FAILURES 3 /* stop driving after this many timeouts (bounds the time per input) */
 
@@ -101,7 +105,7 @@ static int read_request(int *is_close) {
 }
 
 static void child_main(const char *script) {
-    static uint8_t buf[MAX_INPUT];
+    static uint8_t buf[MAX_INPUT], out[MAX_INPUT];
     FILE *f = fopen(script, "rb");
     if (!f) _exit(97);
     size_t n = fread(buf, 1, sizeof buf, f);
@@ -109,20 +113,30 @@ static void child_main(const char *script) {
     size_t at = 0;
     int first = 1, closing = 0;
     while (at + 3 <= n) {
-        uint8_t flags = buf[at];
-        size_t len = (size_t)buf[at + 1] | (size_t)buf[at + 2] << 8;
-        at += 3;
-        if (len > n - at) len = n - at;
+        /* a group: this record and the following ones marked "unsolicited" (bit 3), written
+         * in one write() so that the extra frames are there before the next request */
+        uint8_t flags = buf[at], act = 0, to_err = 0;
+        size_t o = 0;
+        int lead = 1;
+        while (at + 3 <= n && (lead || (buf[at] & 8))) {
+            uint8_t fl = buf[at];
+            size_t len = (size_t)buf[at + 1] | (size_t)buf[at + 2] << 8;
+            at += 3;
+            if (len > n - at) len = n - at;
+            memcpy(out + o, buf + at, len);
+            o += len;
+            at += len;
+            act = fl, to_err |= fl & 4, lead = 0;
+        }
         if (!first && !(flags & 8)) {
             if (!read_request(&closing)) _exit(0);
         }
         first = 0;
-        if (write_all_fd(1, buf + at, len)) _exit(0);
-        if (flags & 4) (void)write_all_fd(2, buf + at, len);
-        at += len;
+        if (write_all_fd(1, out, o)) _exit(0);
+        if (to_err) (void)write_all_fd(2, out, o);
         if (closing) _exit(0); /* answered close: exit, whatever the flags say */
-        switch (flags & 3) {
-        case 1: _exit(flags >> 5);
+        switch (act & 3) {
+        case 1: _exit(act >> 5);
         case 2:
             for (;;) { /* until the host kills us, or our stdin ends */
                 struct pollfd p = {0, POLLIN, 0};
@@ -131,21 +145,64 @@ static void child_main(const char *script) {
                     if (read(0, c, sizeof c) <= 0) _exit(0);
                 }
             }
-        case 3: kill(getpid(), (flags & 16) ? SIGTERM : SIGKILL); _exit(98);
+        case 3: kill(getpid(), (act & 16) ? SIGTERM : SIGKILL); _exit(98);
         default: break;
         }
     }
     _exit(0); /* out of records: stdout closes, the host sees EOF */
 }
 
+/* The same child in Perl (perl-base is part of every Debian system): it starts in ~2 ms where
+ * this sanitizer-instrumented executable needs ~25, and the child's start is most of the cost
+ * of an input. Used when /usr/bin/perl exists (QC_FUZZ_ADAPTER_CHILD=self forces the C one). */
+static const char perl_child[] =
+    "use strict;\n"
+    "my ($script) = @ARGV;\n"
+    "open(my $fh, '<:raw', $script) or exit 97;\n"
+    "my $buf = do { local $/; <$fh> }; close $fh;\n"
+    "binmode STDIN; binmode STDOUT; binmode STDERR;\n"
+    "my ($n, $at, $first, $closing) = (length $buf, 0, 1, 0);\n"
+    "sub rd { my ($len) = @_; my $o = '';\n"
+    "  while (length($o) < $len) { my $r = sysread(STDIN, $o, $len - length($o), length($o));\n"
+    "    return undef if !$r; } return $o; }\n"
+    "sub request { my $rin = ''; vec($rin, 0, 1) = 1;\n"
+    "  return 0 if select(my $ro = $rin, undef, undef, " CHILD_WAIT_S_STR ") <= 0;\n"
+    "  my $pre = rd(16); return 0 if !defined $pre || substr($pre, 0, 4) ne 'QCAP';\n"
+    "  my $hl = unpack('V', substr($pre, 4, 4)); return 0 if $hl < 1 || $hl > 1048576;\n"
+    "  my $h = rd($hl); return 0 if !defined $h;\n"
+    "  $closing = index($h, '\"op\":\"close\"') >= 0 ? 1 : 0; return 1; }\n"
+    "sub wr { my ($fd, $d) = @_; my $off = 0;\n"
+    "  while ($off < length $d) { my $w = syswrite($fd, $d, length($d) - $off, $off);\n"
+    "    return 0 if !defined $w || $w <= 0; $off += $w; } return 1; }\n"
+    "while ($at + 3 <= $n) {\n"
+    "  my ($flags) = unpack('C', substr($buf, $at, 1));\n"
+    "  my ($d, $act, $toerr, $lead) = ('', 0, 0, 1);\n"
+    "  while ($at + 3 <= $n && ($lead || (unpack('C', substr($buf, $at, 1)) & 8))) {\n"
+    "    my ($fl, $len) = unpack('Cv', substr($buf, $at, 3)); $at += 3;\n"
+    "    $len = $n - $at if $len > $n - $at;\n"
+    "    $d .= substr($buf, $at, $len); $at += $len;\n"
+    "    ($act, $toerr, $lead) = ($fl, $toerr | ($fl & 4), 0); }\n"
+    "  if (!$first && !($flags & 8)) { exit 0 unless request(); }\n"
+    "  $first = 0;\n"
+    "  exit 0 unless wr(\\*STDOUT, $d);\n"
+    "  wr(\\*STDERR, $d) if $toerr;\n"
+    "  exit 0 if $closing;\n"
+    "  if (($act & 3) == 1) { exit($act >> 5); }\n"
+    "  if (($act & 3) == 2) { while (1) { my $rin = ''; vec($rin, 0, 1) = 1;\n"
+    "    if (select(my $ro = $rin, undef, undef, 1) > 0) { my $c; exit 0 if !sysread(STDIN, $c, 4096); } } }\n"
+    "  if (($act & 3) == 3) { kill(($act & 16) ? 'TERM' : 'KILL', $$); exit 98; }\n"
+    "}\n"
+    "exit 0;\n";
+
 /* ===================================================================================== */
 /* host mode                                                                             */
 /* ===================================================================================== */
 
-static char g_self[1024], g_script[512], g_cmd[1800];
+static char g_self[1024], g_script[512], g_perl[512], g_cmd[1800];
 
 static void cleanup(void) {
     if (g_script[0]) unlink(g_script);
+    if (g_perl[0]) unlink(g_perl);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -157,7 +214,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     const char *base = getenv("TMPDIR");
     if (!base || !*base) base = stat("/dev/shm", &sb) == 0 ? "/dev/shm" : "/tmp";
     snprintf(g_script, sizeof g_script, "%s/qc-fuzz-adapter-%d.in", base, (int)getpid());
-    snprintf(g_cmd, sizeof g_cmd, "exec '%s' " CHILD_FLAG " '%s'", g_self, g_script);
+    const char *which = getenv("QC_FUZZ_ADAPTER_CHILD");
+    if (access("/usr/bin/perl", X_OK) == 0 && !(which && !strcmp(which, "self"))) {
+        snprintf(g_perl, sizeof g_perl, "%s/qc-fuzz-adapter-%d.pl", base, (int)getpid());
+        FILE *f = fopen(g_perl, "w");
+        if (!f || fputs(perl_child, f) < 0 || fclose(f) != 0) abort();
+        snprintf(g_cmd, sizeof g_cmd, "exec /usr/bin/perl '%s' '%s'", g_perl, g_script);
+    } else {
+        snprintf(g_cmd, sizeof g_cmd, "exec '%s' " CHILD_FLAG " '%s'", g_self, g_script);
+    }
     FZ_REQUIRE(strlen(g_cmd) <= 200, "command too long for the messages: %s", g_cmd);
     atexit(cleanup);
     return 0;

@@ -82,36 +82,48 @@ static int32_t *dup_ids(const int32_t *src, int n) {
 }
 
 /* ===================================================================================== */
-/* qc_run_case                                                                           */
+/* the steps of qc_run_case (numbered as in the comment at the top)                      */
 /* ===================================================================================== */
 
-qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *name,
-                      const qc_case_input *in, qc_golden_case *out, qc_err *err) {
-    const qc_config *cfg = &be->model->cfg;
-    const int V = cfg->vocab_size, L = cfg->n_layers, H = cfg->hidden_size;
-    const int P = in->n_history > 0 ? in->n_history : 0, T = in->n_tokens, S = in->n_decode;
-    qc_status st = QC_OK;
-    qc_state *state = NULL;
-    qc_runner *runner = NULL;
-    capture cap;
-    memset(&cap, 0, sizeof cap);
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", name ? name : "case");
+/* One case being run: what every step uses. */
+typedef struct {
+    qc_backend *be;
+    const qc_profile *profile;
+    const qc_case_input *in;
+    qc_golden_case *out;
+    const qc_config *cfg;
+    int V, L, H;            /* vocab, layers, hidden size */
+    int P, T, S;            /* history, prompt, decode lengths */
+    qc_state *state;        /* step 1 on (NULL before) */
+    qc_runner *runner;      /* step 1 on (NULL before) */
+    capture cap;            /* hidden-state capture (cap.seen allocated with the outputs) */
+} case_run;
 
+/* The input makes sense and fits the profile's context. */
+static qc_status check_case(const case_run *r, qc_err *err) {
+    const qc_case_input *in = r->in;
+    const qc_golden_case *out = r->out;
+    const int P = r->P, T = r->T, S = r->S;
     if (T < 1 || !in->tokens)
         return qc_errf(err, QC_ERR_ARG, "case %s: empty prompt", out->name);
     if (S < 0) return qc_errf(err, QC_ERR_ARG, "case %s: negative decode count", out->name);
     if (P > 0 && !in->history)
         return qc_errf(err, QC_ERR_ARG, "case %s: %d history tokens but no array", out->name, P);
-    if ((long)P + T + S > profile->max_context_len)
+    if ((long)P + T + S > r->profile->max_context_len)
         return qc_errf(err, QC_ERR_RANGE,
                        "case %s: history %d + prompt %d + decode %d = %ld positions exceed "
                        "max_context_len %d", out->name, P, T, S, (long)P + T + S,
-                       profile->max_context_len);
+                       r->profile->max_context_len);
+    return QC_OK;
+}
 
-    /* outputs */
+/* The output arrays (and the capture's row marks). */
+static qc_status alloc_outputs(case_run *r, qc_err *err) {
+    const qc_case_input *in = r->in;
+    qc_golden_case *out = r->out;
+    const int V = r->V, L = r->L, H = r->H, P = r->P, T = r->T, S = r->S;
     out->start_pos = P;
-    out->max_seq_len = profile->max_seq_len;
+    out->max_seq_len = r->profile->max_seq_len;
     out->n_history = P;
     out->n_tokens = T;
     out->n_decode = S;
@@ -125,100 +137,143 @@ qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *nam
     }
     if (in->capture_hidden) {
         out->prefill_hidden = calloc((size_t)(L + 1) * T * H, sizeof(float));
-        cap.seen = calloc((size_t)(L + 1) * T, 1);
+        r->cap.seen = calloc((size_t)(L + 1) * T, 1);
     }
     if (!out->tokens || !out->prefill_logits || (P > 0 && !out->history) ||
         (S > 0 && (!out->decode_tokens || !out->decode_logits || !out->decode_margins)) ||
-        (in->capture_hidden && (!out->prefill_hidden || !cap.seen))) {
-        st = qc_errf(err, QC_ERR_OOM, "case %s: out of memory (logits [%d, %d])", out->name,
-                     T + S, V);
-        goto fail;
-    }
+        (in->capture_hidden && (!out->prefill_hidden || !r->cap.seen)))
+        return qc_errf(err, QC_ERR_OOM, "case %s: out of memory (logits [%d, %d])", out->name,
+                       T + S, V);
+    return QC_OK;
+}
 
-    /* 1. state + runner */
-    if ((st = qc_state_create(cfg, profile->max_context_len, &state, err))) goto fail;
-    if ((st = qc_runner_create(be, profile, state, &runner, err))) goto fail;
-    qc_runner_set_faults(runner, &in->faults);
+/* 1. state + runner */
+static qc_status open_state(case_run *r, qc_err *err) {
+    qc_status st;
+    if ((st = qc_state_create(r->cfg, r->profile->max_context_len, &r->state, err))) return st;
+    if ((st = qc_runner_create(r->be, r->profile, r->state, &r->runner, err))) return st;
+    qc_runner_set_faults(r->runner, &r->in->faults);
     /* A runtime with its own state carries the previous case's state: always start fresh. */
-    if (in->garbage_state && (st = qc_backend_fill_state(be, state, NAN, err))) goto fail;
-    if ((st = qc_runner_reset(runner, err))) goto fail;
+    if (r->in->garbage_state && (st = qc_backend_fill_state(r->be, r->state, NAN, err)))
+        return st;
+    return qc_runner_reset(r->runner, err);
+}
 
-    /* 2. history replay */
-    if (P > 0 &&
-        (st = qc_runner_prefill(runner, in->history, P, 0, NULL, NULL, NULL, err))) {
-        qc_err_prefix(err, st, "case %s: history", out->name);
-        goto fail;
+/* 2. history replay */
+static qc_status replay_history(case_run *r, qc_err *err) {
+    qc_status st;
+    if (r->P > 0 &&
+        (st = qc_runner_prefill(r->runner, r->in->history, r->P, 0, NULL, NULL, NULL, err))) {
+        qc_err_prefix(err, st, "case %s: history", r->out->name);
+        return st;
     }
+    return QC_OK;
+}
 
-    /* 3. prompt prefill with the hidden-state capture installed for this call only */
-    {
-        qc_trace_fn saved_fn = be->opts.trace;
-        void *saved_user = be->opts.trace_user;
-        if (in->capture_hidden) {
-            cap.hidden = out->prefill_hidden;
-            cap.n_index = L + 1;
-            cap.T = T;
-            cap.H = H;
-            cap.start_pos = P;
-            be->opts.trace = capture_hidden_cb;
-            be->opts.trace_user = &cap;
-        }
-        st = qc_runner_prefill(runner, in->tokens, T, P, out->prefill_logits, NULL, NULL, err);
-        be->opts.trace = saved_fn;
-        be->opts.trace_user = saved_user;
-        if (st) {
-            qc_err_prefix(err, st, "case %s: prefill", out->name);
-            goto fail;
-        }
-    }
+/* After step 3: the trace hook must have reported every hidden row, each of width H. */
+static qc_status check_capture(const case_run *r, qc_err *err) {
+    const capture *cap = &r->cap;
+    size_t n_seen = 0, n_all = (size_t)(r->L + 1) * r->T;
+    for (size_t i = 0; i < n_all; i++) n_seen += cap->seen[i];
+    if (cap->bad_dim || cap->bad_index || n_seen != n_all)
+        return qc_errf(err, QC_ERR_UNSUPPORTED,
+                       "case %s: backend %s: trace hook reported %zu of %zu hidden rows%s%s",
+                       r->out->name, r->be->name, n_seen, n_all,
+                       cap->bad_dim ? " (a row of the wrong width)" : "",
+                       cap->bad_index ? " (an index outside 0..L)" : "");
+    return QC_OK;
+}
+
+/* 3. prompt prefill with the hidden-state capture installed for this call only */
+static qc_status prefill_prompt(case_run *r, qc_err *err) {
+    qc_backend *be = r->be;
+    const qc_case_input *in = r->in;
+    qc_golden_case *out = r->out;
+    qc_trace_fn saved_fn = be->opts.trace;
+    void *saved_user = be->opts.trace_user;
     if (in->capture_hidden) {
-        size_t n_seen = 0, n_all = (size_t)(L + 1) * T;
-        for (size_t i = 0; i < n_all; i++) n_seen += cap.seen[i];
-        if (cap.bad_dim || cap.bad_index || n_seen != n_all) {
-            st = qc_errf(err, QC_ERR_UNSUPPORTED,
-                         "case %s: backend %s: trace hook reported %zu of %zu hidden rows%s%s",
-                         out->name, be->name, n_seen, n_all,
-                         cap.bad_dim ? " (a row of the wrong width)" : "",
-                         cap.bad_index ? " (an index outside 0..L)" : "");
-            goto fail;
-        }
+        r->cap.hidden = out->prefill_hidden;
+        r->cap.n_index = r->L + 1;
+        r->cap.T = r->T;
+        r->cap.H = r->H;
+        r->cap.start_pos = r->P;
+        be->opts.trace = capture_hidden_cb;
+        be->opts.trace_user = &r->cap;
     }
+    qc_status st = qc_runner_prefill(r->runner, in->tokens, r->T, r->P, out->prefill_logits, NULL,
+                                     NULL, err);
+    be->opts.trace = saved_fn;
+    be->opts.trace_user = saved_user;
+    if (st) {
+        qc_err_prefix(err, st, "case %s: prefill", out->name);
+        return st;
+    }
+    return in->capture_hidden ? check_capture(r, err) : QC_OK;
+}
 
-    /* 4. state after prefill (only from a backend that exposes it: else absent, and the state
-     * checks are skipped) */
-    const int has_state = (be->caps & QC_BE_CAP_STATE_READ) != 0;
-    if (has_state && ((st = qc_backend_sync_state(be, state, P + T, err)) ||
-                      (st = qc_golden_state_from(cfg, state, P + T, &out->prefill_state, err))))
-        goto fail;
+/* 4. / 6. the state at n_pos positions into *dst (only from a backend that exposes it: else
+ * absent, and the state checks are skipped) */
+static qc_status snapshot_state(case_run *r, int n_pos, qc_golden_state *dst, qc_err *err) {
+    qc_status st;
+    const int has_state = (r->be->caps & QC_BE_CAP_STATE_READ) != 0;
+    if (has_state && ((st = qc_backend_sync_state(r->be, r->state, n_pos, err)) ||
+                      (st = qc_golden_state_from(r->cfg, r->state, n_pos, dst, err))))
+        return st;
+    return QC_OK;
+}
 
-    /* 5. decode */
-    for (int s = 0; s < S; s++) {
+/* 5. decode */
+static qc_status decode_steps(case_run *r, qc_err *err) {
+    const qc_case_input *in = r->in;
+    qc_golden_case *out = r->out;
+    const int V = r->V, T = r->T;
+    qc_status st;
+    for (int s = 0; s < r->S; s++) {
         const float *prev = s == 0 ? out->prefill_logits + (size_t)(T - 1) * V
                                    : out->decode_logits + (size_t)(s - 1) * V;
         int32_t tok = in->forced ? in->forced[s] : qc_argmax(prev, V);
         out->decode_tokens[s] = tok;
         out->decode_margins[s] = top_margin(prev, V);
-        if ((st = qc_runner_decode(runner, tok, out->decode_logits + (size_t)s * V, err))) {
+        if ((st = qc_runner_decode(r->runner, tok, out->decode_logits + (size_t)s * V, err))) {
             qc_err_prefix(err, st, "case %s: decode step %d", out->name, s);
-            goto fail;
+            return st;
         }
     }
-
-    /* 6. state after decode */
-    if (S > 0 && has_state &&
-        ((st = qc_backend_sync_state(be, state, P + T + S, err)) ||
-         (st = qc_golden_state_from(cfg, state, P + T + S, &out->decode_state, err))))
-        goto fail;
-
-    free(cap.seen);
-    qc_runner_destroy(runner);
-    qc_state_destroy(state);
     return QC_OK;
+}
 
-fail:
-    free(cap.seen);
-    qc_runner_destroy(runner);
-    qc_state_destroy(state);
-    qc_case_free(cfg, out);
+/* ===================================================================================== */
+/* qc_run_case                                                                           */
+/* ===================================================================================== */
+
+qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *name,
+                      const qc_case_input *in, qc_golden_case *out, qc_err *err) {
+    case_run r;
+    memset(&r, 0, sizeof r);
+    r.be = be;
+    r.profile = profile;
+    r.in = in;
+    r.out = out;
+    r.cfg = &be->model->cfg;
+    r.V = r.cfg->vocab_size, r.L = r.cfg->n_layers, r.H = r.cfg->hidden_size;
+    r.P = in->n_history > 0 ? in->n_history : 0, r.T = in->n_tokens, r.S = in->n_decode;
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", name ? name : "case");
+
+    qc_status st = check_case(&r, err);
+    if (st) return st;
+    if (!(st = alloc_outputs(&r, err)) &&
+        !(st = open_state(&r, err)) &&                                        /* 1. */
+        !(st = replay_history(&r, err)) &&                                    /* 2. */
+        !(st = prefill_prompt(&r, err)) &&                                    /* 3. */
+        !(st = snapshot_state(&r, r.P + r.T, &out->prefill_state, err)) &&    /* 4. */
+        !(st = decode_steps(&r, err)) &&                                      /* 5. */
+        r.S > 0)
+        st = snapshot_state(&r, r.P + r.T + r.S, &out->decode_state, err);   /* 6. */
+
+    free(r.cap.seen);
+    qc_runner_destroy(r.runner);
+    qc_state_destroy(r.state);
+    if (st) qc_case_free(r.cfg, out);
     return st;
 }
