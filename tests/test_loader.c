@@ -517,7 +517,7 @@ END_TEST
 /* ==== External checkpoint: hf-tiny-a (written by HF transformers) ==== */
 
 START_TEST(test_hf_tiny_a) {
-    const char *dir = QC_SOURCE_DIR "/../shared/reference-data/hf-tiny-a";
+    const char *dir = QC_SOURCE_DIR "/tests/data/hf-tiny-a";
     char p[1024];
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     if (access(p, R_OK) != 0) {

@@ -7,7 +7,7 @@
  *   - unused cache slots stay exactly zero; bad calls are rejected with the state untouched;
  *   - the trace hook convention.
  *  The Hugging Face cross-check (tests/data/hf-tiny-a, copied from
- *  shared/reference-data/hf-tiny-a): full-prompt logits and hidden states, prefill state, 8
+ *  tests/data/hf-tiny-a): full-prompt logits and hidden states, prefill state, 8
  *  teacher-forced decode steps and the final state, and the one-token-at-a-time run, against
  *  what transformers computed (logits within 1e-3, states within 5e-4; see its README).
  */
@@ -446,7 +446,6 @@ END_TEST
 /* ---------------------------------------------------------------------------------------- */
 
 #define HF_DIR QC_SOURCE_DIR "/tests/data/hf-tiny-a"
-#define HF_SHARED QC_SOURCE_DIR "/../shared/reference-data/hf-tiny-a"
 
 /* Read a float dataset (any float type, converted to native float). dims[ndim] filled. */
 static float *h5_read_f32(hid_t f, const char *path, hsize_t dims[4], int *ndim) {
@@ -638,13 +637,7 @@ static void hf_case(hid_t f, const qc_model *m, const char *cs, hf_max *mx) {
 
 START_TEST(hf_tiny_a_golden) {
     const char *dir = HF_DIR;
-    if (access(HF_DIR "/golden-hf.h5", R_OK) != 0) {
-        if (access(HF_SHARED "/golden-hf.h5", R_OK) != 0) {
-            printf("NOTE: hf-tiny-a not found (%s); Hugging Face cross-check skipped\n", HF_DIR);
-            return;
-        }
-        dir = HF_SHARED;
-    }
+    ck_assert_msg(access(HF_DIR "/golden-hf.h5", R_OK) == 0, "%s/golden-hf.h5 missing", HF_DIR);
     qc_model *m = NULL;
     qc_err e = {0};
     if (qc_model_load(dir, &m, &e) != QC_OK) ck_abort_msg("load %s: %s", dir, e.msg);

@@ -4,7 +4,7 @@ The reference data's README: a float64 implementation should sit within about 3e
 float32 logits (HF's own chunked-vs-recurrent float32 spread reaches 2.6e-4). Two sources:
   * golden/tests/data/hf-tiny-a (always present): config, weights and a trimmed float32
     expected-logits / final-state file for prompt lengths 1, 7, 33;
-  * <repo>/../shared/reference-data/hf-tiny-a/golden-hf.h5 (when present): every case, every
+  * tests/data/hf-tiny-a/golden-hf.h5 (the full HF reference, in the repository): every case, every
     tensor (full / prefill / decode / stepwise logits, hidden states, all cache states).
 Run with -s to see the measured maximum errors.
 """
@@ -55,7 +55,7 @@ def test_local_copy_trimmed_logits_and_states():
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(SHARED_HF_TINY_A, "golden-hf.h5")),
-                    reason="../shared/reference-data/hf-tiny-a not present beside the repo "
+                    reason="tests/data/hf-tiny-a/golden-hf.h5 not present "
                            "(the local trimmed copy is still checked)")
 def test_shared_full_reference():
     shared = SHARED_HF_TINY_A

@@ -38,8 +38,6 @@ declare -A XFAIL=(
   [df.dump_actual]="item 5: --dump-actual onto a full disk prints the error and exits 0"
   # item 5: libhdf5's error text carries a ctime() newline: the message spans two lines
   [df.record_out]="item 5: the HDF5 write error message spans two lines (ctime newline)"
-  # item 19
-  [docs.refs_resolve]="item 19: references to ../shared/ and SCHEMA-CONTRACT.md remain"
 )
 
 if [ $# -ne 2 ]; then

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Make hf-tiny-a/expected.npz: a trimmed copy of shared/reference-data/hf-tiny-a/golden-hf.h5
+"""Make hf-tiny-a/expected.npz: a trimmed copy of tests/data/hf-tiny-a/golden-hf.h5
 (Hugging Face transformers, float32) for prompt lengths 1, 7 and 33, so the HF cross-check test
-runs even without ../shared. Run once from this directory:
+stays small. Run once from this directory:
 
-    /usr/bin/python3 trim_hf_tiny_a.py ../../../../shared/reference-data/hf-tiny-a/golden-hf.h5
+    /usr/bin/python3 trim_hf_tiny_a.py ../../../tests/data/hf-tiny-a/golden-hf.h5
 
 Arrays: lenTTT_input_ids [T] int64, lenTTT_full_logits [T, V] float32, lenTTT_decode_ids [8],
 lenTTT_decode_logits [8, V] float32, lenTTT_final_<layer>_<tensor> (the cache after the 8 decode
