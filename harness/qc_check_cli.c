@@ -1,0 +1,386 @@
+/* qc_check_cli.c — option parsing shared by check, diff, calibrate and policy --print; the
+ * policy they load and the reports they write. */
+/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "qc_check_cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "qc_cli.h"
+#include "qc/qc_memplan.h"
+#include "qc_cli_common.h"
+#include "qc_remote.h"
+#include "qc_report_console.h"
+#include "qc_report_json.h"
+#include "qc_report_junit.h"
+
+#include <cjson/cJSON.h>
+/* ===================================================================================== */
+/* command line: qwen-conform [check]                                                    */
+/* ===================================================================================== */
+
+static const char check_usage[] =
+    "usage: qwen-conform [check] --golden DIR|FILE [options]\n"
+    "  --backend B           what to check (repeatable; default: reference and optimized):\n"
+    "                        reference | optimized | all (both built-in backends)\n"
+    "                        plugin:PATH.so[,k=v...]  your runtime as a plugin (the ABI in\n"
+    "                          include/qc/qc_runtime_plugin.h), options passed to its open\n"
+    "                        exec:\"CMD ARGS\"  your runtime as a child process speaking\n"
+    "                          docs/adapter-protocol.md (e.g. on adapters/python's helper)\n"
+    "                        isolate:plugin:PATH.so[,k=v...]  a plugin in a child process\n"
+    "                        llamacpp[,k=v...]  the shipped llama.cpp adapter (ci/llamacpp)\n"
+    "  --require CAPS        comma list (hidden, state_read, state_fill, threads, dn_kernel,\n"
+    "                        chunk_size, dynamic): a runtime lacking one FAILS (default: the\n"
+    "                        checks that need a missing capability are SKIPPED with the reason)\n"
+    "  --adapter-timeout S   seconds an exec adapter may take per request (default 60)\n"
+    "  --mode static|dynamic|nokv|all      prefill strategies, comma-separated (default all)\n"
+    "  --policy F.json       tolerance policy (default: tolerances.json beside the goldens,\n"
+    "                        DIR/ or its parent, e.g. fixtures/tolerances.json; else built-in)\n"
+    "  --json F              machine-readable report (schema-versioned)\n"
+    "  --junit F             JUnit XML report (classname <stem>.<case>, name\n"
+    "                        <backend>.<mode>.<check>)\n"
+    "  --dump-actual DIR     write the actual tensors in the golden layout\n"
+    "                        (DIR/<stem>.<backend>.<mode>.h5) and print h5diff lines\n"
+    "  --list                print the selected <stem>/<case>/<backend>/<mode> ids; run nothing\n"
+    "  --filter REGEX        POSIX extended regex on <stem>/<case>/<backend>/<mode>\n"
+    "  --shard i/n           run the i-th (1-based) of n interleaved shards of the cases\n"
+    "  --threads N           optimized backend threads for the main runs (default 1; the\n"
+    "                        threads_bitwise check compares them with 2 threads)\n"
+    "  --no-hash-check       do not fail when the model's SHA-256 differs from the golden's\n"
+    "  --max-memory SIZE     refuse (exit 2) when the planned memory exceeds SIZE (e.g. 8G;\n"
+    "                        default: the machine's available memory)\n"
+    "  --quiet               print only failures and the summary\n"
+    "  --model DIR           check every golden against the model in DIR instead of its\n"
+    "                        model_path (a golden copied away from its model)\n"
+    "  --atol CLASS=V, --rtol CLASS=V   replace the policy's default atol / rtol of a class\n"
+    "                        (logits, hidden, k_cache, v_cache, conv_state, recurrent_state;\n"
+    "                        repeatable; per-backend sections and overrides still apply)\n"
+    "CI:\n"
+    "  --maxfail N, -x       stop once N checks FAILED or ERRORED (-x: 1); the run in progress\n"
+    "                        finishes, every report holds what ran, exit 1 (2 on an error)\n"
+    "  --durations N         print the N slowest <stem>/<case>/<backend>/<mode> runs (0: all)\n"
+    "  --rerun-failed R.json run only the <stem>/<case>/<backend>/<mode> combinations that\n"
+    "                        FAILED or ERRORED in an earlier --json report (any tool version of\n"
+    "                        the same report schema_version); ANDed with --filter / --shard\n"
+    "exit (highest first): 2 usage / I/O / format error (the run is incomplete), 1 a\n"
+    "      conformance failure, 3 nothing was checked, 0 all passed\n";
+
+/* --backend may be given more than once: built-in names add to the set, any other value is
+ * the one runtime under test (plugin / exec / llamacpp). */
+static qc_status parse_backend(const char *v, qc_check_opts *o, qc_err *err) {
+    if (!strcmp(v, "all")) {
+        o->backends |= QC_BACKEND_REF | QC_BACKEND_OPT;
+        return QC_OK;
+    }
+    if (!strcmp(v, "reference")) {
+        o->backends |= QC_BACKEND_REF;
+        return QC_OK;
+    }
+    if (!strcmp(v, "optimized")) {
+        o->backends |= QC_BACKEND_OPT;
+        return QC_OK;
+    }
+    if (o->backends & QC_BACKEND_EXT)
+        return qc_errf(err, QC_ERR_ARG, "--backend: one runtime under test at a time ('%s' and "
+                       "'%s')", o->ext.name, v);
+    qc_status s = qc_registry_parse(v, o->adapter_timeout, &o->ext, err);
+    if (s) return s;
+    o->backends |= QC_BACKEND_EXT;
+    return QC_OK;
+}
+
+static qc_status parse_modes(const char *v, int *mask, qc_err *err) {
+    *mask = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "all")) {
+            *mask = (1 << N_MODES) - 1;
+            continue;
+        }
+        qc_mode m;
+        qc_status ms = qc_mode_parse(t, &m, err);
+        if (ms != QC_OK) return qc_err_prefix(err, ms, "--mode");
+        *mask |= 1 << m;
+    }
+    if (!*mask) return qc_errf(err, QC_ERR_ARG, "--mode: empty");
+    return QC_OK;
+}
+
+static qc_status parse_shard(const char *v, int *i, int *n, qc_err *err) {
+    char *e1 = NULL, *e2 = NULL;
+    long a = strtol(v, &e1, 10);
+    if (e1 == v || *e1 != '/') return qc_errf(err, QC_ERR_ARG, "--shard: '%s' is not i/n", v);
+    long b = strtol(e1 + 1, &e2, 10);
+    if (e2 == e1 + 1 || *e2 || b < 1 || a < 1 || a > b || b > 100000)
+        return qc_errf(err, QC_ERR_ARG, "--shard: '%s': need 1 <= i <= n", v);
+    *i = (int)a;
+    *n = (int)b;
+    return QC_OK;
+}
+
+static qc_status parse_fault(const char *v, qc_check_faults *f, qc_err *err) {
+    if (!strncmp(v, "norm-no-offset", 14)) {
+        f->norm_no_offset = 1;
+        f->norm_layer = -1;
+        if (v[14] == ':') {
+            long l;
+            if (qc_cli_parse_long(v + 15, "--inject-fault norm-no-offset:LAYER", 0, QC_MAX_LAYERS - 1,
+                                  &l, err))
+                return err ? err->code : QC_ERR_ARG;
+            f->norm_layer = (int)l;
+        } else if (v[14]) {
+            return qc_errf(err, QC_ERR_ARG, "--inject-fault: unknown fault '%s'", v);
+        }
+    } else if (!strcmp(v, "stale-conv-state")) {
+        f->stale_conv_state = 1;
+    } else if (!strcmp(v, "static-no-advance")) {
+        f->static_no_advance = 1;
+    } else {
+        return qc_errf(err, QC_ERR_ARG, "--inject-fault: unknown fault '%s' (norm-no-offset[:LAYER], "
+                       "stale-conv-state, static-no-advance)", v);
+    }
+    return QC_OK;
+}
+
+
+void ckcli_check_cli_init(check_cli *x) {
+    memset(x, 0, sizeof *x);
+    x->durations = -1;
+}
+
+/* --atol / --rtol CLASS=V */
+qc_status ckcli_parse_tol_flag(const char *flag, const char *v, check_cli *x, qc_err *err) {
+    const char *eq = strchr(v, '=');
+    char cls[64];
+    if (!eq || eq == v || (size_t)(eq - v) >= sizeof cls)
+        return qc_errf(err, QC_ERR_ARG, "%s: '%s' is not CLASS=VALUE (e.g. logits=0.01)", flag, v);
+    memcpy(cls, v, (size_t)(eq - v));
+    cls[eq - v] = 0;
+    qc_tclass c;
+    if (qc_tclass_parse(cls, &c) != 0)
+        return qc_errf(err, QC_ERR_ARG, "%s: unknown tensor class '%s' (logits, hidden, k_cache, "
+                       "v_cache, conv_state, recurrent_state)", flag, cls);
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(eq + 1, &end);
+    if (!eq[1] || !end || *end || errno == ERANGE || !isfinite(d) || d < 0.0)
+        return qc_errf(err, QC_ERR_ARG, "%s: '%s' is not a non-negative number", flag, eq + 1);
+    if (x->n_tol >= MAX_TOL_FLAGS)
+        return qc_errf(err, QC_ERR_ARG, "%s: more than %d --atol / --rtol", flag, MAX_TOL_FLAGS);
+    x->tol[x->n_tol].cls = c;
+    x->tol[x->n_tol].field = !strcmp(flag, "--atol") ? "atol" : "rtol";
+    x->tol[x->n_tol].v = d;
+    x->tol[x->n_tol].text = v;
+    x->n_tol++;
+    return QC_OK;
+}
+
+/* Apply --atol / --rtol to the policy's defaults and name them in its description. */
+qc_status ckcli_apply_tol_flags(const check_cli *x, qc_policy *pol, qc_err *err) {
+    for (int i = 0; i < x->n_tol; i++) {
+        qc_status s = qc_policy_set_default(pol, x->tol[i].cls, x->tol[i].field, x->tol[i].v, err);
+        if (s) return qc_err_prefix(err, s, x->tol[i].field[0] == 'a' ? "--atol" : "--rtol");
+        char note[160];
+        snprintf(note, sizeof note, "--%s %s", x->tol[i].field, x->tol[i].text);
+        qc_policy_note(pol, note);
+    }
+    return QC_OK;
+}
+
+/* Shared option parsing of check and calibrate. Returns -1 to continue, else an exit code.
+ * x: the check-only options (NULL for calibrate). */
+int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o, int *runs,
+                        const char **out, double *factor, const char **policy_out,
+                        check_cli *x) {
+    qc_argp a;
+    qc_err err;
+    qc_err_clear(&err);
+    qc_argp_init(&a, prog, argc, argv);
+    qc_status st = QC_OK;
+    while (!st && qc_argp_next(&a)) {
+        const char *v = NULL;
+        if (a.positional) {
+            if (!o->golden) o->golden = a.arg;
+            else st = qc_argp_unknown(&a, &err);
+        } else if (qc_argp_is(&a, "--help") || qc_argp_is(&a, "-h")) {
+            fputs(runs ? "usage: qwen-conform calibrate --golden DIR [--runs N] [--factor K] "
+                         "[--out measurements.json] [--policy-out tolerances.json] "
+                         "[--model DIR]\n"
+                         "  measures float32 runtime vs float64 golden noise (max abs, max rel, "
+                         "KL) per tensor class, backend, mode and thread count, and prints a "
+                         "suggested policy (K x the measured max, rounded up to 1-2-5 steps; "
+                         "K^2 for KL)\n"
+                       : check_usage, stdout);
+            return QC_EXIT_PASS;
+        } else if (qc_argp_is(&a, "--golden")) {
+            st = qc_argp_value(&a, &o->golden, &err);
+        } else if (qc_argp_is(&a, "--backend")) {
+            if (!(st = qc_argp_value(&a, &v, &err))) st = parse_backend(v, o, &err);
+        } else if (qc_argp_is(&a, "--require")) {
+            if (!(st = qc_argp_value(&a, &v, &err))) st = qc_cap_parse(v, &o->require, &err);
+        } else if (qc_argp_is(&a, "--adapter-timeout")) {
+            int t = 60;
+            st = qc_argp_int(&a, 1, 86400, &t, &err);
+            o->adapter_timeout = t;
+            o->ext.timeout_s = t;
+        } else if (qc_argp_is(&a, "--mode")) {
+            if (!(st = qc_argp_value(&a, &v, &err))) st = parse_modes(v, &o->modes, &err);
+        } else if (qc_argp_is(&a, "--filter")) {
+            if (!(st = qc_argp_value(&a, &v, &err))) {
+                if (o->has_filter) regfree(&o->filter), o->has_filter = 0;
+                int rc = regcomp(&o->filter, v, REG_EXTENDED | REG_NOSUB);
+                if (rc) {
+                    char m[256];
+                    regerror(rc, &o->filter, m, sizeof m);
+                    st = qc_errf(&err, QC_ERR_ARG, "--filter: bad regex '%s': %s", v, m);
+                } else {
+                    o->has_filter = 1;
+                }
+            }
+        } else if (qc_argp_is(&a, "--threads")) {
+            st = qc_argp_int(&a, 1, 1024, &o->threads, &err);
+        } else if (qc_argp_is(&a, "--quiet") || qc_argp_is(&a, "-q")) {
+            st = qc_argp_bool(&a, &err);
+            o->quiet = 1;
+        } else if (qc_argp_is(&a, "--no-hash-check")) {
+            st = qc_argp_bool(&a, &err);
+            o->no_hash_check = 1;
+        } else if (qc_argp_is(&a, "--max-memory")) {
+            if (!(st = qc_argp_value(&a, &v, &err))) {
+                uint64_t bytes;
+                st = qc_memplan_parse_size(v, "--max-memory", &bytes, &err);
+                o->max_memory = v;
+            }
+        } else if (qc_argp_is(&a, "--inject-fault")) {
+            if (!(st = qc_argp_value(&a, &v, &err))) st = parse_fault(v, &o->faults, &err);
+        } else if (runs && qc_argp_is(&a, "--runs")) {
+            st = qc_argp_int(&a, 1, 1000, runs, &err);
+        } else if (runs && qc_argp_is(&a, "--out")) {
+            st = qc_argp_value(&a, out, &err);
+        } else if (runs && qc_argp_is(&a, "--policy-out")) {
+            st = qc_argp_value(&a, policy_out, &err);
+        } else if (runs && qc_argp_is(&a, "--factor")) {
+            int k = 4;
+            st = qc_argp_int(&a, 1, 1000, &k, &err);
+            *factor = k;
+        } else if (!runs && qc_argp_is(&a, "--policy")) {
+            st = qc_argp_value(&a, &o->policy_path, &err);
+        } else if (!runs && qc_argp_is(&a, "--json")) {
+            st = qc_argp_value(&a, &o->json_path, &err);
+        } else if (!runs && qc_argp_is(&a, "--junit")) {
+            st = qc_argp_value(&a, &o->junit_path, &err);
+        } else if (!runs && qc_argp_is(&a, "--dump-actual")) {
+            st = qc_argp_value(&a, &o->dump_dir, &err);
+        } else if (!runs && qc_argp_is(&a, "--list")) {
+            st = qc_argp_bool(&a, &err);
+            o->list = 1;
+        } else if (!runs && qc_argp_is(&a, "--shard")) {
+            if (!(st = qc_argp_value(&a, &v, &err))) st = parse_shard(v, &o->shard_i, &o->shard_n, &err);
+        } else if (qc_argp_is(&a, "--model")) { /* check and calibrate */
+            st = qc_argp_value(&a, &o->model_dir, &err);
+        } else if (x && qc_argp_is(&a, "--maxfail")) {
+            st = qc_argp_int(&a, 1, 1 << 30, &o->maxfail, &err);
+        } else if (x && qc_argp_is(&a, "-x")) {
+            st = qc_argp_bool(&a, &err);
+            o->maxfail = 1;
+        } else if (x && qc_argp_is(&a, "--durations")) {
+            st = qc_argp_int(&a, 0, 1 << 30, &x->durations, &err);
+        } else if (x && qc_argp_is(&a, "--rerun-failed")) {
+            st = qc_argp_value(&a, &x->rerun, &err);
+        } else if (x && (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol"))) {
+            if (!(st = qc_argp_value(&a, &v, &err))) st = ckcli_parse_tol_flag(a.flag, v, x, &err);
+        } else {
+            st = qc_argp_unknown(&a, &err);
+        }
+    }
+    if (!st && !o->golden)
+        st = qc_errf(&err, QC_ERR_ARG, "--golden DIR|FILE is required (see --help)");
+    if (st) return qc_cli_fail(prog, &err);
+    return -1;
+}
+
+static int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* --policy, else tolerances.json beside the goldens (DIR/, or the file's directory or its
+ * parent), else built-in. */
+qc_status ckcli_load_policy(const qc_check_opts *o, qc_policy **pol, qc_err *err) {
+    if (o->policy_path) return qc_policy_load(o->policy_path, pol, err);
+    char cand[3][2100];
+    int nc = 0;
+    struct stat sb;
+    char g[1024];
+    snprintf(g, sizeof g, "%s", o->golden);
+    for (size_t L = strlen(g); L > 1 && g[L - 1] == '/'; L--) g[L - 1] = 0;
+    if (stat(g, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char d[1024];
+        snprintf(cand[nc++], sizeof cand[0], "%s/tolerances.json", g);
+        qc_cli_dirname(g, d, sizeof d);
+        snprintf(cand[nc++], sizeof cand[0], "%s/tolerances.json", d);
+    } else {
+        char d[1024], dd[1024];
+        qc_cli_dirname(o->golden, d, sizeof d);
+        qc_cli_dirname(d, dd, sizeof dd);
+        snprintf(cand[nc++], sizeof cand[0], "%s/tolerances.json", d);
+        snprintf(cand[nc++], sizeof cand[0], "%s/tolerances.json", dd);
+    }
+    for (int i = 0; i < nc; i++)
+        if (file_exists(cand[i])) return qc_policy_load(cand[i], pol, err);
+    return qc_policy_builtin(pol, err);
+}
+
+void ckcli_opts_init(qc_check_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->threads = 1;
+    o->faults.norm_layer = -1;
+}
+
+void ckcli_opts_free(qc_check_opts *o) {
+    if (o->has_filter) regfree(&o->filter);
+    o->has_filter = 0;
+}
+
+/* --model DIR: a directory with a config.json (checked before any work). */
+qc_status ckcli_check_model_dir(const qc_check_opts *o, qc_err *err) {
+    if (!o->model_dir) return QC_OK;
+    struct stat sb;
+    char cfgp[2100];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", o->model_dir);
+    if (stat(o->model_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return qc_errf(err, QC_ERR_IO, "--model %s: not a directory", o->model_dir);
+    if (stat(cfgp, &sb) != 0)
+        return qc_errf(err, QC_ERR_IO, "--model %s: no config.json there (a Hugging Face model "
+                       "directory: config.json + *.safetensors)", o->model_dir);
+    return QC_OK;
+}
+
+/* Write the --json / --junit reports; a report that cannot be written makes the exit code 2. */
+int ckcli_write_reports(const char *prog, const qc_check_opts *o, qc_results *res, int rc) {
+    qc_err err;
+    qc_err_clear(&err);
+    if (o->json_path && qc_report_json_write(o->json_path, res, &err)) {
+        fprintf(stderr, "%s: %s (exit %d)\n", prog, err.msg, QC_EXIT_ERROR);
+        rc = qc_exit_precedence(rc, QC_EXIT_ERROR);
+    }
+    qc_err_clear(&err);
+    if (o->junit_path && qc_report_junit_write(o->junit_path, res, &err)) {
+        fprintf(stderr, "%s: %s (exit %d)\n", prog, err.msg, QC_EXIT_ERROR);
+        rc = qc_exit_precedence(rc, QC_EXIT_ERROR);
+    }
+    return rc;
+}
