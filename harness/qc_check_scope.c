@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_cli.h"
+#include "qc/qc_file.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -138,18 +139,6 @@ qc_status ckcli_rerun_load(const char *path, rerun_set *rs, qc_err *err) {
 /* policy overrides that can never match a case x tensor of the run                      */
 /* ===================================================================================== */
 
-static int write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n > 0) {
-        ssize_t k = write(fd, c, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* The tensor subjects the engine looks tolerances up for, on a golden of this config. */
 static int override_matches_golden(const qc_policy *pol, int i, const qc_golden *g,
                                    const char *stem) {
@@ -252,30 +241,17 @@ void ckcli_policy_scope_warnings(const qc_policy *pol, const char *golden_root,
         int opened = scope_scan(pol, golden_root, matched, stems, sizeof stems);
         if (scope2[0]) opened += scope_scan(pol, scope2, matched, stems, sizeof stems);
         int32_t hdr[2] = {opened, (int32_t)strlen(stems)};
-        int bad = write_all(pfd[1], hdr, sizeof hdr) || write_all(pfd[1], matched, (size_t)n_ov) ||
-                  write_all(pfd[1], stems, (size_t)hdr[1]);
+        int bad = qc_fd_write_all(pfd[1], hdr, sizeof hdr) || qc_fd_write_all(pfd[1], matched, (size_t)n_ov) ||
+                  qc_fd_write_all(pfd[1], stems, (size_t)hdr[1]);
         free(matched);
         _exit(bad ? 1 : 0);
     }
     close(pfd[1]);
     static char stems[4096];
     int32_t hdr[2] = {0, 0};
-    size_t want = sizeof hdr, got = 0;
-    char *buf = (char *)hdr;
-    int ok = 1;
-    for (int part = 0; part < 3 && ok; part++) {
-        if (part == 1) buf = (char *)matched, want = (size_t)n_ov, got = 0;
-        if (part == 2) {
-            if (hdr[1] < 0 || hdr[1] >= (int32_t)sizeof stems) { ok = 0; break; }
-            buf = stems, want = (size_t)hdr[1], got = 0;
-        }
-        while (got < want) {
-            ssize_t k = read(pfd[0], buf + got, want - got);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) { ok = 0; break; }
-            got += (size_t)k;
-        }
-    }
+    int ok = qc_fd_read_all(pfd[0], hdr, sizeof hdr) == 1 &&
+             qc_fd_read_all(pfd[0], matched, (size_t)n_ov) == 1 && hdr[1] >= 0 &&
+             hdr[1] < (int32_t)sizeof stems && qc_fd_read_all(pfd[0], stems, (size_t)hdr[1]) == 1;
     close(pfd[0]);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}

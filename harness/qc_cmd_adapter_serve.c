@@ -32,6 +32,7 @@
  * live beside it (qc_cmd_adapter_serve_internal.h names them).
  */
 #include "qc_cmd_adapter_serve_internal.h"
+#include "qc/qc_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -107,7 +108,7 @@ static int send_hello(as_server *s, const char *path) {
 static int serve(as_server *s) {
     for (;;) {
         unsigned char pre[16];
-        int r = as_read_full(s->in_fd, pre, sizeof pre);
+        int r = qc_fd_read_all(s->in_fd, pre, sizeof pre);
         if (r == 0) { /* EOF: the host is done */
             as_close_plugin(s);
             return QC_EXIT_PASS;
@@ -134,7 +135,7 @@ static int serve(as_server *s) {
             return 1;
         }
         char *text = malloc(hlen);
-        if (!text || as_read_full(s->in_fd, text, hlen) != 1 ||
+        if (!text || qc_fd_read_all(s->in_fd, text, hlen) != 1 ||
             (plen && as_skip_bytes(s->in_fd, plen))) {
             free(text);
             if (!text) as_failf(&f, 0, "out of memory for a %u-byte header", hlen);

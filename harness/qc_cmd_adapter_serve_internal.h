@@ -69,8 +69,6 @@ typedef struct {
 /* Fill *f (message, unsupported flag); returns -1 (a handler's "refused"). */
 int as_failf(as_fail *f, int unsupported, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Read exactly n bytes. 1 = done, 0 = EOF before the first byte, -1 = EOF mid-way / error. */
-int as_read_full(int fd, void *buf, size_t n);
 /* Read and drop n bytes. 0 on success, -1 on EOF / error. */
 int as_skip_bytes(int fd, uint64_t n);
 uint32_t as_get_u32le(const unsigned char *p);

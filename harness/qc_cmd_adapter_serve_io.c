@@ -4,6 +4,7 @@
  * answers, UTF-8 sanitising of the texts they carry. See qc_cmd_adapter_serve_internal.h.
  */
 #include "qc_cmd_adapter_serve_internal.h"
+#include "qc/qc_file.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -32,36 +33,13 @@ int as_failf(as_fail *f, int unsupported, const char *fmt, ...) {
 /* I/O                                                                                   */
 /* ===================================================================================== */
 
-/* Read exactly n bytes. 1 = done, 0 = EOF before the first byte, -1 = EOF mid-way / error. */
-int as_read_full(int fd, void *buf, size_t n) {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = read(fd, (char *)buf + got, n - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return got == 0 && k == 0 ? 0 : -1;
-        got += (size_t)k;
-    }
-    return 1;
-}
-
 /* Read and drop n bytes. 0 on success. */
 int as_skip_bytes(int fd, uint64_t n) {
     char buf[65536];
     while (n > 0) {
         size_t want = n < sizeof buf ? (size_t)n : sizeof buf;
-        if (as_read_full(fd, buf, want) != 1) return -1;
+        if (qc_fd_read_all(fd, buf, want) != 1) return -1;
         n -= want;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t k = write(fd, (const char *)buf + done, n - done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        done += (size_t)k;
     }
     return 0;
 }
@@ -84,7 +62,7 @@ uint64_t as_get_u64le(const unsigned char *p) {
 /* Write float32 data little-endian. */
 static int write_f32le(int fd, const float *data, size_t count) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    return write_full(fd, data, count * sizeof(float));
+    return qc_fd_write_all(fd, data, count * sizeof(float));
 #else
     unsigned char buf[4096];
     size_t i = 0;
@@ -95,7 +73,7 @@ static int write_f32le(int fd, const float *data, size_t count) {
             memcpy(&u, &data[i], 4);
             put_u32le(buf + m, u);
         }
-        if (write_full(fd, buf, m)) return -1;
+        if (qc_fd_write_all(fd, buf, m)) return -1;
     }
     return 0;
 #endif
@@ -160,7 +138,7 @@ int as_send_frame(as_server *s, cJSON *hdr, const as_tensor *t, int nt) {
         memcpy(pre, "QCAP", 4);
         put_u32le(pre + 4, (uint32_t)(sizeof fixed - 1));
         put_u64le(pre + 8, 0);
-        return write_full(s->out_fd, pre, 16) || write_full(s->out_fd, fixed, sizeof fixed - 1)
+        return qc_fd_write_all(s->out_fd, pre, 16) || qc_fd_write_all(s->out_fd, fixed, sizeof fixed - 1)
                    ? -1 : 0;
     }
     size_t hlen = strlen(text);
@@ -168,7 +146,7 @@ int as_send_frame(as_server *s, cJSON *hdr, const as_tensor *t, int nt) {
     memcpy(pre, "QCAP", 4);
     put_u32le(pre + 4, (uint32_t)hlen);
     put_u64le(pre + 8, payload);
-    int rc = write_full(s->out_fd, pre, 16) || write_full(s->out_fd, text, hlen) ? -1 : 0;
+    int rc = qc_fd_write_all(s->out_fd, pre, 16) || qc_fd_write_all(s->out_fd, text, hlen) ? -1 : 0;
     free(text);
     for (int i = 0; !rc && i < nt; i++)
         if (t[i].count && write_f32le(s->out_fd, t[i].data, t[i].count)) rc = -1;

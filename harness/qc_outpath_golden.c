@@ -3,6 +3,7 @@
  * down the child, which is replaced by a new one starting after that file. See
  * qc_outpath_internal.h. */
 #include "qc_outpath_internal.h"
+#include "qc/qc_file.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -77,30 +78,6 @@ static void peek_one(const char *path, int *schema, char *mp, size_t n) {
     H5Fclose(f);
 }
 
-static int write_full(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_full(int fd, void *p, size_t n) {
-    char *c = p;
-    while (n > 0) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* Peek every path; schema[i] / model_path[i] (malloc'd, NULL when absent). A child that
  * crashes on a corrupt file is replaced by a new one starting after that file. */
 void outp_peek_all(char *const *paths, int n, int *schema, char **model_path) {
@@ -129,7 +106,7 @@ void outp_peek_all(char *const *paths, int n, int *schema, char **model_path) {
                 int sc = -1;
                 peek_one(paths[i], &sc, mp, sizeof mp);
                 int32_t hdr[3] = {i, sc, (int32_t)strlen(mp)};
-                if (write_full(pfd[1], hdr, sizeof hdr) || write_full(pfd[1], mp, (size_t)hdr[2]))
+                if (qc_fd_write_all(pfd[1], hdr, sizeof hdr) || qc_fd_write_all(pfd[1], mp, (size_t)hdr[2]))
                     _exit(1);
             }
             _exit(0);
@@ -137,10 +114,10 @@ void outp_peek_all(char *const *paths, int n, int *schema, char **model_path) {
         close(pfd[1]);
         int last = from - 1;
         int32_t hdr[3];
-        while (read_full(pfd[0], hdr, sizeof hdr) == 0) {
+        while (qc_fd_read_all(pfd[0], hdr, sizeof hdr) == 1) {
             if (hdr[0] < from || hdr[0] >= n || hdr[2] < 0 || hdr[2] >= PATH_MAX) break;
             char *s = malloc((size_t)hdr[2] + 1);
-            if (!s || read_full(pfd[0], s, (size_t)hdr[2])) {
+            if (!s || qc_fd_read_all(pfd[0], s, (size_t)hdr[2]) != 1) {
                 free(s);
                 break;
             }

@@ -99,3 +99,26 @@ qc_status qc_read_small_file(const char *path, size_t max_bytes, char **buf, siz
     *len = n;
     return QC_OK;
 }
+
+int qc_fd_write_all(int fd, const void *buf, size_t n) {
+    const char *c = buf;
+    while (n > 0) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int qc_fd_read_all(int fd, void *buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return got == 0 && k == 0 ? 0 : -1;
+        got += (size_t)k;
+    }
+    return 1;
+}

@@ -27,4 +27,12 @@ qc_status qc_read_small_file(const char *path, size_t max_bytes, char **buf, siz
  * link", "a regular file" or "a special file" for a st_mode. Never NULL. */
 const char *qc_file_kind(unsigned mode);
 
+/* Write all n bytes to fd, retrying EINTR and short writes. 0, or -1 on an error or a write
+ * that made no progress (errno from write). */
+int qc_fd_write_all(int fd, const void *buf, size_t n);
+
+/* Read exactly n bytes from fd, retrying EINTR and short reads. 1 = done (also for n == 0),
+ * 0 = end of file before the first byte, -1 = end of file part-way, or an error. */
+int qc_fd_read_all(int fd, void *buf, size_t n);
+
 #endif /* QC_FILE_H */
