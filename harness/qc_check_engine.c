@@ -32,19 +32,9 @@
 /* running one case                                                                      */
 /* ===================================================================================== */
 
-typedef struct {
-    qc_backend *be[QC_CK_SLOTS];  /* main backends (NULL when not checked) */
-    qc_backend *alt[QC_CK_SLOTS]; /* the same backend with the other thread count (2 when the
-                                     main runs use 1, else 1) for threads_bitwise (NULL: none) */
-    qc_backend *cmp;              /* the reference backend, to localise decode-only failures of
-                                     the others by their hidden states (borrowed from the REF
-                                     slot, or owned when own_cmp) */
-    int own_cmp;
-    int max_tokens;
-} backends;
 
 /* Profile for a case in a mode (context large enough for history + prompt + decode). */
-static void case_profile(const qc_golden_case *gc, qc_mode mode, int extra, qc_profile *p) {
+void ck_case_profile(const qc_golden_case *gc, qc_mode mode, int extra, qc_profile *p) {
     int msl = gc->max_seq_len > 0 ? gc->max_seq_len : 128;
     int need = gc->start_pos + gc->n_tokens + gc->n_decode;
     int ctxlen = need > msl ? need : msl;
@@ -68,7 +58,7 @@ static qc_status run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
                          qc_err *err) {
     qc_profile p;
     qc_case_input in;
-    case_profile(gc, mode, 0, &p);
+    ck_case_profile(gc, mode, 0, &p);
     case_input(gc, o, &in);
     in.garbage_state = garbage;
     qc_trace_fn sf = be->opts.trace;
@@ -85,139 +75,17 @@ static qc_status run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
 
 /* The verdict of a run that could not be made: a runtime under test that fails is a FAIL of
  * that runtime, a capability it lacks a SKIP, anything else an ERROR of ours. */
-static qc_verdict failed_run_verdict(qc_status s) {
+qc_verdict ck_failed_run_verdict(qc_status s) {
     return s == QC_ERR_RUNTIME ? QC_VERDICT_FAIL
            : s == QC_ERR_UNSUPPORTED ? QC_VERDICT_SKIP : QC_VERDICT_ERROR;
 }
 
 /* "capability 'x' not announced by <backend>" */
-static void emit_cap_skip(ctx *c, const char *case_name, const char *bname, const char *mode,
+void ck_emit_cap_skip(ctx *c, const char *case_name, const char *bname, const char *mode,
                           const char *check, unsigned cap) {
     char k[400];
     snprintf(k, sizeof k, "capability '%s' not announced by %s", qc_cap_name(cap), bname);
     ck_emit_simple(c, case_name, bname, mode, check, QC_VERDICT_SKIP, k, NULL);
-}
-
-/* One run on a state filled with NaN and then reset (through the runner, as a runtime would
- * reuse its buffers), checked twice:
- *   garbage_reset  its logits and states are bit-identical to the fresh run `act`;
- *   unused_slots   the KV-cache slots beyond the used positions (capacity + 8 spare) are
- *                  exactly +0. */
-static void check_garbage_and_slots(ctx *c, qc_backend *be, const qc_golden_case *gc,
-                                    qc_mode mode, const qc_golden_case *act) {
-    const qc_config *cfg = c->cfg;
-    const int V = cfg->vocab_size, T = gc->n_tokens, S = gc->n_decode, P = gc->start_pos;
-    qc_err err;
-    qc_err_clear(&err);
-    const int extra = 8;
-    qc_profile p;
-    case_profile(gc, mode, extra, &p);
-    qc_state *st = NULL;
-    qc_runner *r = NULL;
-    const char *mname = qc_mode_str(mode);
-    qc_golden_case gb;
-    memset(&gb, 0, sizeof gb);
-    gb.n_tokens = T, gb.n_decode = S, gb.start_pos = P;
-    gb.prefill_logits = malloc((size_t)T * V * sizeof(float));
-    gb.decode_logits = malloc(((size_t)S * V + 1) * sizeof(float));
-    const int has_state = (be->caps & QC_BE_CAP_STATE_READ) != 0;
-    qc_status s = (!gb.prefill_logits || !gb.decode_logits)
-                      ? qc_errf(&err, QC_ERR_OOM, "garbage run: out of memory")
-                      : qc_state_create(cfg, p.max_context_len, &st, &err);
-    if (!s) s = qc_runner_create(be, &p, st, &r, &err);
-    if (!s) {
-        qc_runner_faults f = {.static_no_advance = c->o->faults.static_no_advance};
-        qc_runner_set_faults(r, &f);
-        s = qc_backend_fill_state(be, st, NAN, &err);
-        if (!s) s = qc_runner_reset(r, &err);
-        if (!s && gc->n_history > 0)
-            s = qc_runner_prefill(r, gc->history, gc->n_history, 0, NULL, NULL, NULL, &err);
-        if (!s) s = qc_runner_prefill(r, gc->tokens, T, P, gb.prefill_logits, NULL, NULL, &err);
-        if (!s && has_state) s = qc_backend_sync_state(be, st, P + T, &err);
-        if (!s && has_state) s = qc_golden_state_from(cfg, st, P + T, &gb.prefill_state, &err);
-        for (int k = 0; !s && k < S; k++)
-            s = qc_runner_decode(r, gc->decode_tokens[k], gb.decode_logits + (size_t)k * V, &err);
-        if (!s && S > 0 && has_state) s = qc_backend_sync_state(be, st, P + T + S, &err);
-        if (!s && S > 0 && has_state)
-            s = qc_golden_state_from(cfg, st, P + T + S, &gb.decode_state, &err);
-    }
-    if (s) {
-        qc_verdict v = failed_run_verdict(s);
-        ck_emit_simple(c, gc->name, be->name, mname, "garbage_reset", v, err.msg, NULL);
-        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", v, err.msg, NULL);
-        goto done;
-    }
-    /* garbage_reset */
-    {
-        partlist *pl = calloc(1, sizeof *pl);
-        if (pl) {
-            ck_add_all_parts(pl, cfg, &gb, act);
-            cmp_spec cs = {.case_name = gc->name, .backend = be->name, .mode = mname,
-                           .check = "garbage_reset", .bitwise = 1,
-                           .extra = "A state filled with NaN and then reset must give exactly "
-                                    "the fresh result"};
-            ck_compare_parts(c, &cs, pl);
-            free(pl);
-        }
-    }
-    /* unused_slots: the runtime's KV slots beyond the used positions */
-    int used = P + T + S;
-    if (!has_state) {
-        emit_cap_skip(c, gc->name, be->name, mname, "unused_slots", QC_BE_CAP_STATE_READ);
-        goto done;
-    }
-    qc_err_clear(&err);
-    s = qc_backend_sync_state(be, st, p.max_context_len, &err);
-    if (s) {
-        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", failed_run_verdict(s),
-                       err.msg, NULL);
-        goto done;
-    }
-    size_t n = 0, bad = 0;
-    char first[256] = "";
-    for (int l = 0; l < cfg->n_layers; l++) {
-        if (cfg->layer_types[l] != QC_LAYER_FULL) continue;
-        for (int kv = 0; kv < 2; kv++) {
-            const float *buf = kv ? st->v_cache[l] : st->k_cache[l];
-            for (int h = 0; h < cfg->n_kv_heads; h++)
-                for (int pos = used; pos < p.max_context_len; pos++)
-                    for (int ch = 0; ch < cfg->head_dim; ch++) {
-                        float v = buf[((size_t)h * p.max_context_len + pos) * cfg->head_dim + ch];
-                        uint32_t bits;
-                        memcpy(&bits, &v, sizeof bits);
-                        n++;
-                        if (bits != 0) {
-                            if (!bad)
-                                snprintf(first, sizeof first,
-                                         "layer %d %s, kv head %d, position %d, channel %d = %g",
-                                         l, kv ? "v_cache" : "k_cache", h, pos, ch, (double)v);
-                            bad++;
-                        }
-                    }
-        }
-    }
-    char key[320];
-    if (n == 0) {
-        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", QC_VERDICT_SKIP,
-                    "no full-attention layer: no KV cache to inspect", NULL);
-    } else if (bad == 0) {
-        snprintf(key, sizeof key, "%zu unused slot values beyond position %d all exactly 0", n, used);
-        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", QC_VERDICT_PASS, key, NULL);
-    } else {
-        snprintf(key, sizeof key, "%zu / %zu unused KV-cache values are non-zero; first: %s", bad, n,
-                 first);
-        ck_emit_simple(c, gc->name, be->name, mname, "unused_slots", QC_VERDICT_FAIL, key,
-                    qc_strdup_printf("KV-cache slots beyond the %d used positions must stay "
-                                     "exactly 0 (after a NaN fill and reset)\nFirst non-zero: %s",
-                                     used, first));
-    }
-done:
-    qc_runner_destroy(r);
-    qc_state_destroy(st);
-    qc_golden_state_free(cfg, &gb.prefill_state);
-    qc_golden_state_free(cfg, &gb.decode_state);
-    free(gb.prefill_logits);
-    free(gb.decode_logits);
 }
 
 /* ===================================================================================== */
@@ -379,7 +247,7 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     qc_golden_case *act = &cr->act[bi][mode];
     qc_status s = run_one(be, gc, mode, c->o, 0, want_hidden ? &hc : NULL, act, &err);
     if (s) {
-        ck_emit_simple(c, gc->name, bname, mname, "run", failed_run_verdict(s), err.msg, NULL);
+        ck_emit_simple(c, gc->name, bname, mname, "run", ck_failed_run_verdict(s), err.msg, NULL);
         free(hc.hidden), free(hc.seen);
         return;
     }
@@ -393,7 +261,7 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     ck_loc_init(&dwhere);
     if (want_hidden) localised = ck_check_hidden(c, &base, gc, &hc, loc, sizeof loc, &where);
     else if (gc->prefill_hidden)
-        emit_cap_skip(c, gc->name, bname, mname, "prefill.hidden", QC_BE_CAP_HIDDEN);
+        ck_emit_cap_skip(c, gc->name, bname, mname, "prefill.hidden", QC_BE_CAP_HIDDEN);
     if (!localised)
         ck_state_localisation(c, act, gc, "prefill", bname, mname, loc, sizeof loc, &where);
     free(hc.hidden), free(hc.seen);
@@ -407,17 +275,17 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     free(dec_loc);
 
     if (be->caps & QC_BE_CAP_STATE_FILL) {
-        check_garbage_and_slots(c, be, gc, mode, act);
+        ck_check_garbage_and_slots(c, be, gc, mode, act);
     } else {
-        emit_cap_skip(c, gc->name, bname, mname, "garbage_reset", QC_BE_CAP_STATE_FILL);
-        emit_cap_skip(c, gc->name, bname, mname, "unused_slots", QC_BE_CAP_STATE_FILL);
+        ck_emit_cap_skip(c, gc->name, bname, mname, "garbage_reset", QC_BE_CAP_STATE_FILL);
+        ck_emit_cap_skip(c, gc->name, bname, mname, "unused_slots", QC_BE_CAP_STATE_FILL);
     }
 
     /* thread counts, bitwise. Static prefill of long prompts is skipped: it runs the same
      * one-token kernels as decode and the short cases, and its many small parallel regions are
      * the slowest part of a run on a busy 2-core machine. */
     if (!(be->caps & QC_BE_CAP_THREADS)) {
-        emit_cap_skip(c, gc->name, bname, mname, "threads_bitwise", QC_BE_CAP_THREADS);
+        ck_emit_cap_skip(c, gc->name, bname, mname, "threads_bitwise", QC_BE_CAP_THREADS);
     } else if (bs->alt[bi] && (mode != QC_MODE_STATIC || T <= 8)) {
         qc_golden_case t1;
         qc_err_clear(&err);
@@ -437,7 +305,7 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
             }
             qc_case_free(cfg, &t1);
         } else {
-            ck_emit_simple(c, gc->name, bname, mname, "threads_bitwise", failed_run_verdict(s),
+            ck_emit_simple(c, gc->name, bname, mname, "threads_bitwise", ck_failed_run_verdict(s),
                            err.msg, NULL);
         }
     }
@@ -450,7 +318,7 @@ static void check_dn_variants(ctx *c, qc_backend *be, const char *bname,
     const int T = gc->n_tokens;
     qc_err err;
     if (!(be->caps & QC_BE_CAP_DN_KERNEL)) {
-        emit_cap_skip(c, gc->name, bname, "dynamic", "chunked_eq_recurrent", QC_BE_CAP_DN_KERNEL);
+        ck_emit_cap_skip(c, gc->name, bname, "dynamic", "chunked_eq_recurrent", QC_BE_CAP_DN_KERNEL);
     } else {
         qc_golden_case rec;
         qc_err_clear(&err);
@@ -465,13 +333,13 @@ static void check_dn_variants(ctx *c, qc_backend *be, const char *bname,
             qc_case_free(cfg, &rec);
         } else {
             ck_emit_simple(c, gc->name, bname, "dynamic", "chunked_eq_recurrent",
-                           failed_run_verdict(s), err.msg, NULL);
+                           ck_failed_run_verdict(s), err.msg, NULL);
         }
     }
     /* chunk-size sweep around the 64 boundary */
     if (T < 63) return;
     if (!(be->caps & QC_BE_CAP_CHUNK_SIZE)) {
-        emit_cap_skip(c, gc->name, bname, "dynamic", "chunk_sweep", QC_BE_CAP_CHUNK_SIZE);
+        ck_emit_cap_skip(c, gc->name, bname, "dynamic", "chunk_sweep", QC_BE_CAP_CHUNK_SIZE);
         return;
     }
     int msl = gc->max_seq_len > 0 ? gc->max_seq_len : 128;
@@ -495,7 +363,7 @@ static void check_dn_variants(ctx *c, qc_backend *be, const char *bname,
             compare_runs(c, gc, &sw, gc, bname, "dynamic", name, 0, 1, extra);
             qc_case_free(cfg, &sw);
         } else {
-            ck_emit_simple(c, gc->name, bname, "dynamic", name, failed_run_verdict(s), err.msg,
+            ck_emit_simple(c, gc->name, bname, "dynamic", name, ck_failed_run_verdict(s), err.msg,
                            NULL);
         }
     }
@@ -525,46 +393,6 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
                          "Optimized backend (actual) vs reference backend (expected), same mode");
 }
 
-/* ===================================================================================== */
-/* per file                                                                              */
-/* ===================================================================================== */
-
-/* Report stem of a golden path: path relative to the --golden root without ".h5"; a final
- * "golden" component is dropped (fixtures/<name>/golden.h5 -> "<name>"); '/' -> '-'. */
-void ck_make_stem(const char *path, const char *root, char *out, size_t n) {
-    char rel[1024];
-    size_t rl = strlen(root);
-    struct stat sb;
-    int root_is_dir = stat(root, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (root_is_dir && strncmp(path, root, rl) == 0) {
-        const char *r = path + rl;
-        while (*r == '/') r++;
-        snprintf(rel, sizeof rel, "%s", r);
-    } else {
-        const char *b = strrchr(path, '/');
-        snprintf(rel, sizeof rel, "%s", b ? b + 1 : path);
-    }
-    size_t L = strlen(rel);
-    if (L > 3 && strcmp(rel + L - 3, ".h5") == 0) rel[L - 3] = 0;
-    L = strlen(rel);
-    if (strcmp(rel, "golden") == 0 || (L > 7 && strcmp(rel + L - 7, "/golden") == 0)) {
-        if (L > 7) {
-            rel[L - 7] = 0;
-        } else {
-            /* bare golden.h5: use its directory's name */
-            char tmp[1024];
-            snprintf(tmp, sizeof tmp, "%s", path);
-            char *d = dirname(tmp);
-            char tmp2[1024];
-            snprintf(tmp2, sizeof tmp2, "%s", d);
-            snprintf(rel, sizeof rel, "%s", basename(tmp2));
-        }
-    }
-    for (char *p = rel; *p; p++)
-        if (*p == '/') *p = '-';
-    snprintf(out, n, "%s", rel);
-}
-
 static int case_selected(ctx *c, const char *case_name, int avail_backends) {
     for (int bi = 0; bi < QC_CK_SLOTS; bi++) {
         if (!(avail_backends & (1 << bi))) continue;
@@ -572,134 +400,6 @@ static int case_selected(ctx *c, const char *case_name, int avail_backends) {
             if (mode_selected(c, case_name, c->slot_name[bi], (qc_mode)m)) return 1;
     }
     return 0;
-}
-
-int ck_cfg_same(const qc_config *a, const qc_config *b) {
-    if (a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
-        a->intermediate_size != b->intermediate_size || a->n_layers != b->n_layers ||
-        a->n_heads != b->n_heads || a->n_kv_heads != b->n_kv_heads ||
-        a->head_dim != b->head_dim || a->lin_n_k_heads != b->lin_n_k_heads ||
-        a->lin_n_v_heads != b->lin_n_v_heads || a->lin_k_dim != b->lin_k_dim ||
-        a->lin_v_dim != b->lin_v_dim || a->conv_kernel != b->conv_kernel)
-        return 0;
-    for (int l = 0; l < a->n_layers; l++)
-        if (a->layer_types[l] != b->layer_types[l]) return 0;
-    return 1;
-}
-
-/* A backend name as a file-name component ("exec:python3 x.py" -> "exec_python3_x.py"). */
-typedef struct {
-    char s[96];
-} name_buf;
-static name_buf dump_name(const char *name) {
-    name_buf b;
-    size_t i = 0;
-    for (; name[i] && i < sizeof b.s - 1; i++) {
-        char ch = name[i];
-        b.s[i] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                         ch == '.' || ch == '-' || ch == '_'
-                     ? ch
-                     : '_';
-    }
-    b.s[i] = 0;
-    return b;
-}
-
-/* One backend of a slot: by the registry, with the test-only fault wrapper on the built-ins,
- * the other-thread-count twin when the backend honours threads, and the capabilities row of a
- * runtime under test (a FAIL when --require names one it lacks). */
-static void create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const qc_model *model,
-                        const qc_model *use_model, int maxctx) {
-    const char *bname = c->slot_name[bi];
-    qc_runtime_spec builtin_rs;
-    const qc_runtime_spec *rs = &c->o->ext;
-    if (bi != QC_CK_EXT) {
-        qc_registry_parse(bname, 0, &builtin_rs, NULL);
-        rs = &builtin_rs;
-    }
-    qc_backend_opts bo;
-    qc_backend_opts_default(&bo);
-    bo.max_tokens = maxctx;
-    bo.n_threads = bi == QC_CK_REF ? 0 : c->o->threads;
-    qc_err err;
-    qc_err_clear(&err);
-    /* faults are for the built-in self-test; a runtime under test loads its own model */
-    const qc_model *m = bi == QC_CK_EXT ? model : use_model;
-    qc_status s = qc_registry_create(rs, model_dir, m, &bo, &bs->be[bi], &err);
-    if (s == QC_OK && bi != QC_CK_EXT && c->o->faults.stale_conv_state)
-        s = ck_stale_wrap(bs->be[bi], &bs->be[bi], &err);
-    if (s != QC_OK) {
-        bs->be[bi] = NULL;
-        if (c->o->backends & (1 << bi))
-            ck_emit_simple(c, "_model", bname, "-", "create", failed_run_verdict(s), err.msg, NULL);
-        else if (!c->o->quiet)
-            fprintf(stderr, "qwen-conform: %s backend not available (%s); checking the others\n",
-                    bname, err.msg);
-        return;
-    }
-    qc_backend *be = bs->be[bi];
-    if (bi == QC_CK_OPT && be->describe)
-        snprintf(c->res->isa, sizeof c->res->isa, "%s", be->describe(be));
-    if (be->caps & QC_BE_CAP_THREADS) {
-        bo.n_threads = c->o->threads == 1 ? 2 : 1;
-        qc_err_clear(&err);
-        if (qc_registry_create(rs, model_dir, m, &bo, &bs->alt[bi], &err) == QC_OK &&
-            bi != QC_CK_EXT && c->o->faults.stale_conv_state)
-            ck_stale_wrap(bs->alt[bi], &bs->alt[bi], &err);
-        else if (!bs->alt[bi])
-            ck_emit_simple(c, "_model", bname, "-", "create_threads", failed_run_verdict(err.code),
-                           err.msg, NULL);
-        if (bi == QC_CK_OPT && bs->alt[bi] && bs->alt[bi]->describe &&
-            bs->alt[bi]->opts.n_threads > 1)
-            snprintf(c->res->isa, sizeof c->res->isa, "%s", bs->alt[bi]->describe(bs->alt[bi]));
-    }
-    /* capabilities */
-    unsigned caps = be->caps | (be->max_tokens_per_call != 1 ? QC_REMOTE_CAP_DYNAMIC : 0);
-    unsigned missing = c->o->require & ~caps;
-    if (bi == QC_CK_EXT || c->o->require) {
-        char have[256], miss[256], key[900];
-        qc_cap_list(caps, have, sizeof have);
-        qc_cap_list(missing, miss, sizeof miss);
-        char tpc[48], ctxs[48];
-        snprintf(tpc, sizeof tpc, be->max_tokens_per_call > 0 ? "%d" : "any",
-                 be->max_tokens_per_call);
-        snprintf(ctxs, sizeof ctxs, be->max_context_len > 0 ? "%d" : "no limit",
-                 be->max_context_len);
-        if (missing)
-            snprintf(key, sizeof key, "%s lacks the required capabilities: %s (it announces: %s)",
-                     be->describe ? be->describe(be) : bname, miss, have);
-        else
-            snprintf(key, sizeof key, "%s: capabilities %s; tokens per call %s; positions %s",
-                     be->describe ? be->describe(be) : bname, have, tpc, ctxs);
-        ck_emit_simple(c, "_model", bname, "-", "capabilities",
-                       missing ? QC_VERDICT_FAIL : QC_VERDICT_PASS, key,
-                       missing ? qc_strdup_printf("--require %s: the runtime does not announce "
-                                                  "them, so the checks that need them cannot run",
-                                                  miss)
-                               : NULL);
-    }
-}
-
-/* Write the actual tensors of one backend x mode in the golden layout. */
-static void dump_actual(ctx *c, const qc_golden *g, qc_golden_case *cases, int n, const char *path) {
-    qc_golden *d = calloc(1, sizeof *d);
-    if (!d) return;
-    *d = *g;
-    snprintf(d->generator, sizeof d->generator, "qwen-conform check %s (--dump-actual)", QC_VERSION);
-    snprintf(d->compute_dtype, sizeof d->compute_dtype, "float32");
-    snprintf(d->torch_version, sizeof d->torch_version, "%s", "");
-    char *rp = realpath(g->model_dir, NULL);
-    snprintf(d->model_path, sizeof d->model_path, "%s", rp ? rp : g->model_dir);
-    free(rp);
-    d->n_cases = n;
-    d->cases = cases;
-    qc_err err;
-    qc_err_clear(&err);
-    if (qc_golden_write(path, d, &err) != QC_OK)
-        fprintf(stderr, "qwen-conform: --dump-actual: %s\n", err.msg);
-    else if (!c->o->quiet)
-        fprintf(stderr, "qwen-conform: wrote actual tensors to %s\n", path);
-    free(d);
 }
 
 static void check_file(ctx *c, const char *path, long *case_counter) {
@@ -880,13 +580,13 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
     for (int i = 0; i < g->n_cases; i++) {
         if (!sel[i]) continue;
         qc_profile p;
-        case_profile(&g->cases[i], QC_MODE_NOKV, 8, &p);
+        ck_case_profile(&g->cases[i], QC_MODE_NOKV, 8, &p);
         if (p.max_context_len > maxctx) maxctx = p.max_context_len;
         if (p.max_seq_len > maxctx) maxctx = p.max_seq_len;
     }
     bs.max_tokens = maxctx;
     for (int bi = 0; bi < QC_CK_SLOTS; bi++)
-        if (avail & (1 << bi)) create_slot(c, &bs, bi, g->model_dir, model, use_model, maxctx);
+        if (avail & (1 << bi)) ck_create_slot(c, &bs, bi, g->model_dir, model, use_model, maxctx);
     bs.cmp = bs.be[QC_CK_REF];
     if (!bs.cmp && bs.be[QC_CK_EXT]) {
         qc_backend_opts bo;
@@ -904,7 +604,7 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
         for (int bi = 0; bi < QC_CK_SLOTS; bi++)
             for (int m = 0; bs.be[bi] && m < N_MODES; m++)
                 snprintf(c->dump_path[bi][m], sizeof c->dump_path[bi][m], "%s/%s.%s.%s.h5",
-                         c->o->dump_dir, stem, dump_name(c->slot_name[bi]).s,
+                         c->o->dump_dir, stem, ck_dump_name(c->slot_name[bi]).s,
                          qc_mode_str((qc_mode)m));
     qc_golden_case *dump[QC_CK_SLOTS][N_MODES] = {{0}};
     int n_dump[QC_CK_SLOTS][N_MODES] = {{0}};
@@ -951,7 +651,7 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
     for (int bi = 0; bi < QC_CK_SLOTS; bi++)
         for (int m = 0; m < N_MODES; m++) {
             if (!dump[bi][m]) continue;
-            if (n_dump[bi][m] > 0) dump_actual(c, g, dump[bi][m], n_dump[bi][m], c->dump_path[bi][m]);
+            if (n_dump[bi][m] > 0) ck_dump_actual(c, g, dump[bi][m], n_dump[bi][m], c->dump_path[bi][m]);
             for (int k = 0; k < n_dump[bi][m]; k++) qc_case_free(&g->cfg, &dump[bi][m][k]);
             free(dump[bi][m]);
         }

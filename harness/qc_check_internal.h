@@ -179,4 +179,43 @@ int ck_first_bad_logits_row(ctx *c, const qc_golden_case *gc, const qc_golden_ca
 void ck_make_stem(const char *path, const char *root, char *out, size_t n);
 int ck_cfg_same(const qc_config *a, const qc_config *b);
 
+
+/* ---- backends under test of one file (qc_check_slots.c) ---- */
+typedef struct {
+    qc_backend *be[QC_CK_SLOTS];  /* main backends (NULL when not checked) */
+    qc_backend *alt[QC_CK_SLOTS]; /* the same backend with the other thread count (2 when the
+                                     main runs use 1, else 1) for threads_bitwise (NULL: none) */
+    qc_backend *cmp;              /* the reference backend, to localise decode-only failures of
+                                     the others by their hidden states (borrowed from the REF
+                                     slot, or owned when own_cmp) */
+    int own_cmp;
+    int max_tokens;
+} backends;
+
+/* A backend name as a file-name component ("exec:python3 x.py" -> "exec_python3_x.py"). */
+typedef struct {
+    char s[96];
+} name_buf;
+/* A backend name as a file-name component ("exec:x.py" -> "exec_x.py"). */
+name_buf ck_dump_name(const char *name);
+/* Create slot bi's backend (and its thread twin) and emit its capabilities row. */
+void ck_create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const qc_model *model,
+                    const qc_model *use_model, int maxctx);
+/* Write the actual tensors of one backend x mode in the golden layout. */
+void ck_dump_actual(ctx *c, const qc_golden *g, qc_golden_case *cases, int n, const char *path);
+
+/* ---- qc_check_engine.c, shared with the invariants ---- */
+/* A run that could not be made: QC_ERR_RUNTIME -> FAIL, QC_ERR_UNSUPPORTED -> SKIP, else ERROR. */
+qc_verdict ck_failed_run_verdict(qc_status s);
+/* A SKIP row "capability 'x' not announced by <backend>". */
+void ck_emit_cap_skip(ctx *c, const char *case_name, const char *bname, const char *mode,
+                      const char *check, unsigned cap);
+/* The profile of a case in a mode (context for history + prompt + decode + extra). */
+void ck_case_profile(const qc_golden_case *gc, qc_mode mode, int extra, qc_profile *p);
+
+/* ---- qc_check_invariants.c ---- */
+/* garbage_reset and unused_slots of one (backend, mode), against the fresh run act. */
+void ck_check_garbage_and_slots(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+                                const qc_golden_case *act);
+
 #endif /* QC_CHECK_INTERNAL_H */

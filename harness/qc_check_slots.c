@@ -1,0 +1,181 @@
+/* qc_check_slots.c — the backends under test of one golden file (created through the registry,
+ * with the thread twin and the capabilities row), report stems, dump files. */
+/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "qc_check_internal.h"
+
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "qc/qc_state.h"
+#include "qc_remote.h"
+
+/* ===================================================================================== */
+/* per file                                                                              */
+/* ===================================================================================== */
+
+/* Report stem of a golden path: path relative to the --golden root without ".h5"; a final
+ * "golden" component is dropped (fixtures/<name>/golden.h5 -> "<name>"); '/' -> '-'. */
+void ck_make_stem(const char *path, const char *root, char *out, size_t n) {
+    char rel[1024];
+    size_t rl = strlen(root);
+    struct stat sb;
+    int root_is_dir = stat(root, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (root_is_dir && strncmp(path, root, rl) == 0) {
+        const char *r = path + rl;
+        while (*r == '/') r++;
+        snprintf(rel, sizeof rel, "%s", r);
+    } else {
+        const char *b = strrchr(path, '/');
+        snprintf(rel, sizeof rel, "%s", b ? b + 1 : path);
+    }
+    size_t L = strlen(rel);
+    if (L > 3 && strcmp(rel + L - 3, ".h5") == 0) rel[L - 3] = 0;
+    L = strlen(rel);
+    if (strcmp(rel, "golden") == 0 || (L > 7 && strcmp(rel + L - 7, "/golden") == 0)) {
+        if (L > 7) {
+            rel[L - 7] = 0;
+        } else {
+            /* bare golden.h5: use its directory's name */
+            char tmp[1024];
+            snprintf(tmp, sizeof tmp, "%s", path);
+            char *d = dirname(tmp);
+            char tmp2[1024];
+            snprintf(tmp2, sizeof tmp2, "%s", d);
+            snprintf(rel, sizeof rel, "%s", basename(tmp2));
+        }
+    }
+    for (char *p = rel; *p; p++)
+        if (*p == '/') *p = '-';
+    snprintf(out, n, "%s", rel);
+}
+
+
+int ck_cfg_same(const qc_config *a, const qc_config *b) {
+    if (a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
+        a->intermediate_size != b->intermediate_size || a->n_layers != b->n_layers ||
+        a->n_heads != b->n_heads || a->n_kv_heads != b->n_kv_heads ||
+        a->head_dim != b->head_dim || a->lin_n_k_heads != b->lin_n_k_heads ||
+        a->lin_n_v_heads != b->lin_n_v_heads || a->lin_k_dim != b->lin_k_dim ||
+        a->lin_v_dim != b->lin_v_dim || a->conv_kernel != b->conv_kernel)
+        return 0;
+    for (int l = 0; l < a->n_layers; l++)
+        if (a->layer_types[l] != b->layer_types[l]) return 0;
+    return 1;
+}
+
+name_buf ck_dump_name(const char *name) {
+    name_buf b;
+    size_t i = 0;
+    for (; name[i] && i < sizeof b.s - 1; i++) {
+        char ch = name[i];
+        b.s[i] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                         ch == '.' || ch == '-' || ch == '_'
+                     ? ch
+                     : '_';
+    }
+    b.s[i] = 0;
+    return b;
+}
+
+/* One backend of a slot: by the registry, with the test-only fault wrapper on the built-ins,
+ * the other-thread-count twin when the backend honours threads, and the capabilities row of a
+ * runtime under test (a FAIL when --require names one it lacks). */
+void ck_create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const qc_model *model,
+                        const qc_model *use_model, int maxctx) {
+    const char *bname = c->slot_name[bi];
+    qc_runtime_spec builtin_rs;
+    const qc_runtime_spec *rs = &c->o->ext;
+    if (bi != QC_CK_EXT) {
+        qc_registry_parse(bname, 0, &builtin_rs, NULL);
+        rs = &builtin_rs;
+    }
+    qc_backend_opts bo;
+    qc_backend_opts_default(&bo);
+    bo.max_tokens = maxctx;
+    bo.n_threads = bi == QC_CK_REF ? 0 : c->o->threads;
+    qc_err err;
+    qc_err_clear(&err);
+    /* faults are for the built-in self-test; a runtime under test loads its own model */
+    const qc_model *m = bi == QC_CK_EXT ? model : use_model;
+    qc_status s = qc_registry_create(rs, model_dir, m, &bo, &bs->be[bi], &err);
+    if (s == QC_OK && bi != QC_CK_EXT && c->o->faults.stale_conv_state)
+        s = ck_stale_wrap(bs->be[bi], &bs->be[bi], &err);
+    if (s != QC_OK) {
+        bs->be[bi] = NULL;
+        if (c->o->backends & (1 << bi))
+            ck_emit_simple(c, "_model", bname, "-", "create", ck_failed_run_verdict(s), err.msg, NULL);
+        else if (!c->o->quiet)
+            fprintf(stderr, "qwen-conform: %s backend not available (%s); checking the others\n",
+                    bname, err.msg);
+        return;
+    }
+    qc_backend *be = bs->be[bi];
+    if (bi == QC_CK_OPT && be->describe)
+        snprintf(c->res->isa, sizeof c->res->isa, "%s", be->describe(be));
+    if (be->caps & QC_BE_CAP_THREADS) {
+        bo.n_threads = c->o->threads == 1 ? 2 : 1;
+        qc_err_clear(&err);
+        if (qc_registry_create(rs, model_dir, m, &bo, &bs->alt[bi], &err) == QC_OK &&
+            bi != QC_CK_EXT && c->o->faults.stale_conv_state)
+            ck_stale_wrap(bs->alt[bi], &bs->alt[bi], &err);
+        else if (!bs->alt[bi])
+            ck_emit_simple(c, "_model", bname, "-", "create_threads", ck_failed_run_verdict(err.code),
+                           err.msg, NULL);
+        if (bi == QC_CK_OPT && bs->alt[bi] && bs->alt[bi]->describe &&
+            bs->alt[bi]->opts.n_threads > 1)
+            snprintf(c->res->isa, sizeof c->res->isa, "%s", bs->alt[bi]->describe(bs->alt[bi]));
+    }
+    /* capabilities */
+    unsigned caps = be->caps | (be->max_tokens_per_call != 1 ? QC_REMOTE_CAP_DYNAMIC : 0);
+    unsigned missing = c->o->require & ~caps;
+    if (bi == QC_CK_EXT || c->o->require) {
+        char have[256], miss[256], key[900];
+        qc_cap_list(caps, have, sizeof have);
+        qc_cap_list(missing, miss, sizeof miss);
+        char tpc[48], ctxs[48];
+        snprintf(tpc, sizeof tpc, be->max_tokens_per_call > 0 ? "%d" : "any",
+                 be->max_tokens_per_call);
+        snprintf(ctxs, sizeof ctxs, be->max_context_len > 0 ? "%d" : "no limit",
+                 be->max_context_len);
+        if (missing)
+            snprintf(key, sizeof key, "%s lacks the required capabilities: %s (it announces: %s)",
+                     be->describe ? be->describe(be) : bname, miss, have);
+        else
+            snprintf(key, sizeof key, "%s: capabilities %s; tokens per call %s; positions %s",
+                     be->describe ? be->describe(be) : bname, have, tpc, ctxs);
+        ck_emit_simple(c, "_model", bname, "-", "capabilities",
+                       missing ? QC_VERDICT_FAIL : QC_VERDICT_PASS, key,
+                       missing ? qc_strdup_printf("--require %s: the runtime does not announce "
+                                                  "them, so the checks that need them cannot run",
+                                                  miss)
+                               : NULL);
+    }
+}
+
+/* Write the actual tensors of one backend x mode in the golden layout. */
+void ck_dump_actual(ctx *c, const qc_golden *g, qc_golden_case *cases, int n, const char *path) {
+    qc_golden *d = calloc(1, sizeof *d);
+    if (!d) return;
+    *d = *g;
+    snprintf(d->generator, sizeof d->generator, "qwen-conform check %s (--dump-actual)", QC_VERSION);
+    snprintf(d->compute_dtype, sizeof d->compute_dtype, "float32");
+    snprintf(d->torch_version, sizeof d->torch_version, "%s", "");
+    char *rp = realpath(g->model_dir, NULL);
+    snprintf(d->model_path, sizeof d->model_path, "%s", rp ? rp : g->model_dir);
+    free(rp);
+    d->n_cases = n;
+    d->cases = cases;
+    qc_err err;
+    qc_err_clear(&err);
+    if (qc_golden_write(path, d, &err) != QC_OK)
+        fprintf(stderr, "qwen-conform: --dump-actual: %s\n", err.msg);
+    else if (!c->o->quiet)
+        fprintf(stderr, "qwen-conform: wrote actual tensors to %s\n", path);
+    free(d);
+}
