@@ -1,11 +1,13 @@
 /* qc_check_internal.h — what the check engine's files share (harness-private).
  *
  * The engine is split by concern:
- *   qc_check_compare.c  rows, parts, one comparison -> one row, calibration measurements
- *   qc_check_faults.c   test-only fault wrappers (model copy, stale conv state)
- *   qc_check_engine.c   running cases on the backends under test, invariants, localisation,
- *                       per file, the engine entry (qc_check_run)
- *   qc_check.c          the command lines: check, diff, calibrate
+ *   qc_check_compare.c    rows, parts, one comparison -> one row, calibration measurements
+ *   qc_check_localise.c   the checks against the golden and the localisation of a failure
+ *   qc_check_invariants.c garbage_reset, unused_slots
+ *   qc_check_slots.c      the backends under test of one file, stems, dump files
+ *   qc_check_faults.c     test-only fault wrappers (model copy, stale conv state)
+ *   qc_check_engine.c     running cases and modes, per file, the engine entry (qc_check_run)
+ *   the command lines: qc_check_cli.h (qc_check.c, qc_cmd_diff.c, qc_cmd_calibrate.c, ...)
  * Backends under test sit in slots: the two built-in backends and one runtime under test
  * (plugin or exec adapter, named by its --backend spec).
  */
