@@ -1,5 +1,5 @@
 /* qc_golden_io.c — golden files (HDF5 schema v1) in memory: open + validate (lazily or whole),
- * load / unload cases, write, find.
+ * load / unload cases (writing: qc_golden_write.c; finding files: qc_golden_find.c).
  *
  * The layout is the binding list in golden/SCHEMA.md. Reading checks every dataset's presence,
  * type class (float / integer), rank and shape against the config parsed from the file's own
@@ -37,13 +37,14 @@
 
 #include "qc/qc_memplan.h"
 #include "qc_outpath.h"
+#include "qc_golden_internal.h"
 
 /* ===================================================================================== */
 /* HDF5 error handling                                                                   */
 /* ===================================================================================== */
 
 /* Automatic error-stack printing off (per thread in thread-safe builds, so on every entry). */
-static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+void gio_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
 typedef struct {
     char desc[256]; /* the innermost error's description (where it was detected) */
@@ -61,7 +62,7 @@ static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *e, void *user) {
 }
 
 /* One short text describing the current HDF5 error stack ("" when empty). */
-static const char *h5_errdesc(char *buf, size_t n) {
+const char *gio_h5_errdesc(char *buf, size_t n) {
     h5_walk_data d;
     memset(&d, 0, sizeof d);
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, &d);
@@ -70,12 +71,6 @@ static const char *h5_errdesc(char *buf, size_t n) {
     return buf;
 }
 
-#define CLOSE_D(h) do { if ((h) >= 0) H5Dclose(h); (h) = H5I_INVALID_HID; } while (0)
-#define CLOSE_S(h) do { if ((h) >= 0) H5Sclose(h); (h) = H5I_INVALID_HID; } while (0)
-#define CLOSE_T(h) do { if ((h) >= 0) H5Tclose(h); (h) = H5I_INVALID_HID; } while (0)
-#define CLOSE_A(h) do { if ((h) >= 0) H5Aclose(h); (h) = H5I_INVALID_HID; } while (0)
-#define CLOSE_G(h) do { if ((h) >= 0) H5Gclose(h); (h) = H5I_INVALID_HID; } while (0)
-#define CLOSE_P(h) do { if ((h) >= 0) H5Pclose(h); (h) = H5I_INVALID_HID; } while (0)
 
 /* ===================================================================================== */
 /* small helpers                                                                         */
@@ -102,7 +97,7 @@ static void fmt_dims(int rank, const hsize_t *dims, char *buf, size_t n) {
     if (o < n) snprintf(buf + o, n - o, "]");
 }
 
-static int valid_case_name(const char *s) {
+int gio_valid_case_name(const char *s) {
     if (!s[0]) return 0;
     for (const char *p = s; *p; p++)
         if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-') return 0;
@@ -177,6 +172,7 @@ static volatile sig_atomic_t vl_armed;
 static volatile sig_atomic_t vl_faulted;
 
 int qc_golden_hdf5_faulted(void) { return vl_faulted; }
+void gio_set_faulted(void) { vl_faulted = 1; }
 
 static void vl_fault(int sig) {
     if (vl_armed) siglongjmp(vl_jmp, sig);
@@ -235,7 +231,7 @@ static qc_status attr_open_scalar(const rd_ctx *c, hid_t obj, const char *objpat
     goto done;
 h5fail:
     st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s%s%s: cannot read: %s", c->file, objpath, sep, name,
-                 h5_errdesc(h5msg, sizeof h5msg));
+                 gio_h5_errdesc(h5msg, sizeof h5msg));
 done:
     CLOSE_S(sp);
     if (st) {
@@ -299,7 +295,7 @@ static qc_status attr_string(const rd_ctx *c, hid_t obj, const char *objpath, co
     goto done;
 h5fail:
     st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s%s%s: cannot read: %s", c->file, objpath, sep, name,
-                 h5_errdesc(h5msg, sizeof h5msg));
+                 gio_h5_errdesc(h5msg, sizeof h5msg));
 done:
     CLOSE_T(mt);
     CLOSE_T(ft);
@@ -344,7 +340,7 @@ static qc_status attr_int(const rd_ctx *c, hid_t obj, const char *objpath, const
     goto done;
 h5fail:
     st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s%s%s: cannot read: %s", c->file, objpath, sep, name,
-                 h5_errdesc(h5msg, sizeof h5msg));
+                 gio_h5_errdesc(h5msg, sizeof h5msg));
 done:
     CLOSE_T(ft);
     CLOSE_A(a);
@@ -425,7 +421,7 @@ static qc_status probe_dataset(const rd_ctx *c, hid_t loc, const char *locpath, 
     goto done;
 h5fail:
     st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s: cannot read: %s", c->file, path,
-                 h5_errdesc(h5msg, sizeof h5msg));
+                 gio_h5_errdesc(h5msg, sizeof h5msg));
 done:
     CLOSE_T(ft);
     CLOSE_S(sp);
@@ -463,7 +459,7 @@ static qc_status read_dataset(const rd_ctx *c, hid_t loc, const char *locpath, c
     if (numel && H5Dread(d, is_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, H5S_ALL, H5S_ALL,
                          H5P_DEFAULT, buf) < 0) {
         st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s: cannot read: %s", c->file, path,
-                     h5_errdesc(h5msg, sizeof h5msg));
+                     gio_h5_errdesc(h5msg, sizeof h5msg));
         goto done;
     }
     if (is_float) {
@@ -497,7 +493,7 @@ static qc_status check_ids(const rd_ctx *c, const char *path, const int32_t *ids
 }
 
 /* Allocate the per-layer pointer arrays of gs (all NULL). */
-static qc_status state_alloc_ptrs(const qc_config *cfg, qc_golden_state *gs) {
+qc_status gio_state_alloc_ptrs(const qc_config *cfg, qc_golden_state *gs) {
     int L = cfg->n_layers;
     gs->k_cache = calloc((size_t)L, sizeof(float *));
     gs->v_cache = calloc((size_t)L, sizeof(float *));
@@ -550,7 +546,7 @@ static qc_status state_datasets(const rd_ctx *c, const qc_config *cfg, hid_t par
     snprintf(spath, sizeof spath, "%s/state", parentpath);
     if (gs) {
         memset(gs, 0, sizeof *gs);
-        if (state_alloc_ptrs(cfg, gs))
+        if (gio_state_alloc_ptrs(cfg, gs))
             return qc_errf(c->err, QC_ERR_OOM, "%s: %s: out of memory", c->file, spath);
         gs->present = 1;
         gs->n_pos = n_pos;
@@ -596,7 +592,7 @@ int qc_golden_max_positions(const qc_config *cfg) {
 }
 
 /* What bounds the positions, for messages. */
-static const char *positions_what(const qc_config *cfg) {
+const char *gio_positions_what(const qc_config *cfg) {
     return cfg->max_position_embeddings > 0 &&
                    cfg->max_position_embeddings < QC_GOLDEN_MAX_POSITIONS
                ? "the config's max_position_embeddings"
@@ -612,7 +608,7 @@ static qc_status positions_error(const rd_ctx *c, const qc_config *cfg, const ch
     return qc_errf(c->err, QC_ERR_SHAPE,
                    "%s: %s: shape [%llu] != [<=%lld]: %s %lld + %llu = %llu positions, more than "
                    "%d (%s)", c->file, path, n, room, before_what, before, n,
-                   (unsigned long long)before + n, lim, positions_what(cfg));
+                   (unsigned long long)before + n, lim, gio_positions_what(cfg));
 }
 
 /* Metadata of one case (the group /cases/<name>): attributes, counts, which optional groups
@@ -626,7 +622,7 @@ static qc_status read_case_meta(const rd_ctx *c, const qc_config *cfg, hid_t cas
     const int lim = qc_golden_max_positions(cfg);
     memset(m, 0, sizeof *m);
     snprintf(casepath, sizeof casepath, "/cases/%s", name);
-    if (strlen(name) >= sizeof gc->name || !valid_case_name(name))
+    if (strlen(name) >= sizeof gc->name || !gio_valid_case_name(name))
         return qc_errf(c->err, QC_ERR_FORMAT,
                        "%s: %s: invalid case name (want [A-Za-z0-9_-]+, at most %zu chars)",
                        c->file, casepath, sizeof gc->name - 1);
@@ -642,7 +638,7 @@ static qc_status read_case_meta(const rd_ctx *c, const qc_config *cfg, hid_t cas
     if ((st = attr_int(c, g, casepath, "start_pos", 1, &v, NULL))) goto done;
     if (v < 0 || v >= lim) {
         st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s/start_pos: %lld is out of range [0, %d) "
-                     "(%s)", c->file, casepath, (long long)v, lim, positions_what(cfg));
+                     "(%s)", c->file, casepath, (long long)v, lim, gio_positions_what(cfg));
         goto done;
     }
     gc->start_pos = (int)v;
@@ -865,13 +861,7 @@ size_t qc_golden_case_bytes(const qc_config *cfg, const qc_golden_case_meta *m) 
     return bytes > (uint64_t)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
 }
 
-typedef struct {
-    char **names; /* [n] malloc'd */
-    int n, cap;
-    int oom;
-} name_list;
-
-static herr_t collect_names(hid_t g, const char *name, const H5L_info_t *info, void *user) {
+herr_t gio_collect_names(hid_t g, const char *name, const H5L_info_t *info, void *user) {
     name_list *nl = user;
     (void)g;
     (void)info;
@@ -894,7 +884,7 @@ static herr_t collect_names(hid_t g, const char *name, const H5L_info_t *info, v
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b) {
+int gio_cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
@@ -951,7 +941,7 @@ static qc_status open_impl(const char *path, int load, qc_golden **out, qc_err *
     char h5msg[300];
     rd_ctx c = {path, err};
     *out = NULL;
-    h5_quiet();
+    gio_h5_quiet();
 
     struct stat sb;
     if (stat(path, &sb) != 0)
@@ -978,7 +968,7 @@ static qc_status open_impl(const char *path, int load, qc_golden **out, qc_err *
     f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (f < 0) {
         st = qc_errf(err, QC_ERR_HDF5, "%s: cannot open: %s", path,
-                     h5_errdesc(h5msg, sizeof h5msg));
+                     gio_h5_errdesc(h5msg, sizeof h5msg));
         goto done;
     }
     root = H5Gopen2(f, "/", H5P_DEFAULT);
@@ -1034,14 +1024,14 @@ static qc_status open_impl(const char *path, int load, qc_golden **out, qc_err *
     cases = H5Gopen2(f, "cases", H5P_DEFAULT);
     if (cases < 0) goto h5fail;
     hsize_t idx = 0;
-    if (H5Literate(cases, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_names, &nl) < 0) {
+    if (H5Literate(cases, H5_INDEX_NAME, H5_ITER_INC, &idx, gio_collect_names, &nl) < 0) {
         if (nl.oom) {
             st = qc_errf(err, QC_ERR_OOM, "%s: /cases: out of memory", path);
             goto done;
         }
         goto h5fail;
     }
-    if (nl.n > 0) qsort(nl.names, (size_t)nl.n, sizeof *nl.names, cmp_str);
+    if (nl.n > 0) qsort(nl.names, (size_t)nl.n, sizeof *nl.names, gio_cmp_str);
     size_t nc = nl.n ? (size_t)nl.n : 1;
     g->cases = calloc(nc, sizeof *g->cases);
     g->meta = calloc(nc, sizeof *g->meta);
@@ -1057,7 +1047,7 @@ static qc_status open_impl(const char *path, int load, qc_golden **out, qc_err *
     if (load) st = load_all(&c, g, f);
     goto done;
 h5fail:
-    st = qc_errf(err, QC_ERR_HDF5, "%s: %s", path, h5_errdesc(h5msg, sizeof h5msg));
+    st = qc_errf(err, QC_ERR_HDF5, "%s: %s", path, gio_h5_errdesc(h5msg, sizeof h5msg));
 done:
     for (int i = 0; i < nl.n; i++) free(nl.names[i]);
     free(nl.names);
@@ -1092,7 +1082,7 @@ qc_status qc_golden_load_case(qc_golden *g, int i, qc_err *err) {
     if (g->loaded[i]) return QC_OK;
     rd_ctx c = {g->path, err};
     char h5msg[300];
-    h5_quiet();
+    gio_h5_quiet();
     struct stat sb;
     if (stat(g->path, &sb) != 0)
         return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", g->path, strerror(errno));
@@ -1105,7 +1095,7 @@ qc_status qc_golden_load_case(qc_golden *g, int i, qc_err *err) {
     if (fapl != H5P_DEFAULT) CLOSE_P(fapl);
     if (f < 0)
         return qc_errf(err, QC_ERR_HDF5, "%s: cannot open: %s", g->path,
-                       h5_errdesc(h5msg, sizeof h5msg));
+                       gio_h5_errdesc(h5msg, sizeof h5msg));
     qc_status st = load_case_from(&c, &g->cfg, f, &g->cases[i], &g->meta[i]);
     QC_ASSERT(H5Fget_obj_count(f, H5F_OBJ_ALL) == 1);
     H5Fclose(f);
@@ -1140,595 +1130,3 @@ void qc_case_free(const qc_config *cfg, qc_golden_case *c) {
     c->n_history = c->n_tokens = c->n_decode = 0;
 }
 
-/* ===================================================================================== */
-/* state snapshots                                                                       */
-/* ===================================================================================== */
-
-qc_status qc_golden_state_from(const qc_config *cfg, const qc_state *st, int n_pos,
-                               qc_golden_state *gs, qc_err *err) {
-    memset(gs, 0, sizeof *gs);
-    if (st->n_layers != cfg->n_layers || n_pos < 0 || n_pos > st->max_context_len)
-        return qc_errf(err, QC_ERR_ARG,
-                       "state snapshot: %d positions of a state with capacity %d (%d layers, "
-                       "config %d)", n_pos, st->max_context_len, st->n_layers, cfg->n_layers);
-    if (state_alloc_ptrs(cfg, gs)) goto oom;
-    gs->present = 1;
-    gs->n_pos = n_pos;
-    const int nkv = cfg->n_kv_heads, hd = cfg->head_dim, cap = st->max_context_len;
-    const size_t conv_n = (size_t)qc_cfg_conv_dim(cfg) * (size_t)cfg->conv_kernel;
-    const size_t rec_n = (size_t)cfg->lin_n_v_heads * cfg->lin_k_dim * cfg->lin_v_dim;
-    for (int l = 0; l < cfg->n_layers; l++) {
-        if (cfg->layer_types[l] == QC_LAYER_FULL) {
-            size_t n = (size_t)nkv * (size_t)n_pos * (size_t)hd;
-            gs->k_cache[l] = malloc(n ? n * sizeof(float) : sizeof(float));
-            gs->v_cache[l] = malloc(n ? n * sizeof(float) : sizeof(float));
-            if (!gs->k_cache[l] || !gs->v_cache[l]) goto oom;
-            for (int h = 0; h < nkv; h++) {
-                size_t src = (size_t)h * cap * hd, dst = (size_t)h * n_pos * hd;
-                memcpy(gs->k_cache[l] + dst, st->k_cache[l] + src, (size_t)n_pos * hd * sizeof(float));
-                memcpy(gs->v_cache[l] + dst, st->v_cache[l] + src, (size_t)n_pos * hd * sizeof(float));
-            }
-        } else {
-            gs->conv_state[l] = malloc(conv_n * sizeof(float));
-            gs->recurrent_state[l] = malloc(rec_n * sizeof(float));
-            if (!gs->conv_state[l] || !gs->recurrent_state[l]) goto oom;
-            memcpy(gs->conv_state[l], st->conv_state[l], conv_n * sizeof(float));
-            memcpy(gs->recurrent_state[l], st->recurrent_state[l], rec_n * sizeof(float));
-        }
-    }
-    return QC_OK;
-oom:
-    qc_golden_state_free(cfg, gs);
-    return qc_errf(err, QC_ERR_OOM, "state snapshot: out of memory");
-}
-
-void qc_golden_state_free(const qc_config *cfg, qc_golden_state *gs) {
-    if (!gs) return;
-    for (int l = 0; l < cfg->n_layers; l++) {
-        if (gs->k_cache) free(gs->k_cache[l]);
-        if (gs->v_cache) free(gs->v_cache[l]);
-        if (gs->conv_state) free(gs->conv_state[l]);
-        if (gs->recurrent_state) free(gs->recurrent_state[l]);
-    }
-    free(gs->k_cache);
-    free(gs->v_cache);
-    free(gs->conv_state);
-    free(gs->recurrent_state);
-    memset(gs, 0, sizeof *gs);
-}
-
-/* ===================================================================================== */
-/* writing                                                                               */
-/* ===================================================================================== */
-
-typedef struct {
-    const char *file; /* the final path, for messages */
-    qc_err *err;
-} wr_ctx;
-
-static qc_status wr_fail(const wr_ctx *w, const char *what) {
-    char h5msg[300];
-    return qc_errf(w->err, QC_ERR_HDF5, "%s: %s: cannot write: %s", w->file, what,
-                   h5_errdesc(h5msg, sizeof h5msg));
-}
-
-/* Scalar variable-length UTF-8 string attribute (what h5py writes for a Python str). */
-static qc_status write_attr_string(const wr_ctx *w, hid_t obj, const char *objpath,
-                                   const char *name, const char *value) {
-    qc_status st = QC_OK;
-    hid_t t = H5I_INVALID_HID, sp = H5I_INVALID_HID, a = H5I_INVALID_HID;
-    char what[300];
-    snprintf(what, sizeof what, "%s%s%s", objpath, strcmp(objpath, "/") ? "/" : "", name);
-    t = H5Tcopy(H5T_C_S1);
-    if (t < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) goto fail;
-    sp = H5Screate(H5S_SCALAR);
-    if (sp < 0) goto fail;
-    a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    if (a < 0) goto fail;
-    const char *v = value ? value : "";
-    if (H5Awrite(a, t, &v) < 0) goto fail;
-    goto done;
-fail:
-    st = wr_fail(w, what);
-done:
-    CLOSE_A(a);
-    CLOSE_S(sp);
-    CLOSE_T(t);
-    return st;
-}
-
-/* Scalar integer attribute: int32 (is64 = 0) or int64. */
-static qc_status write_attr_int(const wr_ctx *w, hid_t obj, const char *objpath,
-                                const char *name, int64_t value, int is64) {
-    qc_status st = QC_OK;
-    hid_t sp = H5I_INVALID_HID, a = H5I_INVALID_HID;
-    char what[300];
-    snprintf(what, sizeof what, "%s%s%s", objpath, strcmp(objpath, "/") ? "/" : "", name);
-    sp = H5Screate(H5S_SCALAR);
-    if (sp < 0) goto fail;
-    a = H5Acreate2(obj, name, is64 ? H5T_STD_I64LE : H5T_STD_I32LE, sp, H5P_DEFAULT,
-                   H5P_DEFAULT);
-    if (a < 0) goto fail;
-    int32_t v32 = (int32_t)value;
-    if (H5Awrite(a, is64 ? H5T_NATIVE_INT64 : H5T_NATIVE_INT32, is64 ? (void *)&value
-                                                                       : (void *)&v32) < 0)
-        goto fail;
-    goto done;
-fail:
-    st = wr_fail(w, what);
-done:
-    CLOSE_A(a);
-    CLOSE_S(sp);
-    return st;
-}
-
-/* Plain contiguous dataset: float32 (is_float) or int32. */
-static qc_status write_dataset(const wr_ctx *w, hid_t loc, const char *locpath, const char *name,
-                               int is_float, int rank, const hsize_t *dims, const void *data) {
-    qc_status st = QC_OK;
-    hid_t sp = H5I_INVALID_HID, d = H5I_INVALID_HID;
-    char what[300];
-    snprintf(what, sizeof what, "%s/%s", locpath, name);
-    size_t numel = 1;
-    for (int i = 0; i < rank; i++) numel *= (size_t)dims[i];
-    if (numel && !data)
-        return qc_errf(w->err, QC_ERR_ARG, "%s: %s: no data", w->file, what);
-    sp = H5Screate_simple(rank, dims, NULL);
-    if (sp < 0) goto fail;
-    d = H5Dcreate2(loc, name, is_float ? H5T_IEEE_F32LE : H5T_STD_I32LE, sp, H5P_DEFAULT,
-                   H5P_DEFAULT, H5P_DEFAULT);
-    if (d < 0) goto fail;
-    if (numel && H5Dwrite(d, is_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, H5S_ALL, H5S_ALL,
-                          H5P_DEFAULT, data) < 0)
-        goto fail;
-    goto done;
-fail:
-    st = wr_fail(w, what);
-done:
-    CLOSE_D(d);
-    CLOSE_S(sp);
-    return st;
-}
-
-static qc_status make_group(const wr_ctx *w, hid_t loc, const char *name, const char *path,
-                            hid_t *out) {
-    *out = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (*out < 0) return wr_fail(w, path);
-    return QC_OK;
-}
-
-static qc_status write_state(const wr_ctx *w, const qc_config *cfg, hid_t parent,
-                             const char *parentpath, const qc_golden_state *gs) {
-    qc_status st = QC_OK;
-    hid_t sg = H5I_INVALID_HID, lg = H5I_INVALID_HID;
-    char spath[256], lpath[300], lname[32];
-    snprintf(spath, sizeof spath, "%s/state", parentpath);
-    if ((st = make_group(w, parent, "state", spath, &sg))) return st;
-    for (int l = 0; l < cfg->n_layers && !st; l++) {
-        snprintf(lname, sizeof lname, "layer_%02d", l);
-        snprintf(lpath, sizeof lpath, "%s/%s", spath, lname);
-        if ((st = make_group(w, sg, lname, lpath, &lg))) break;
-        if (cfg->layer_types[l] == QC_LAYER_FULL) {
-            hsize_t kv[3] = {(hsize_t)cfg->n_kv_heads, (hsize_t)gs->n_pos, (hsize_t)cfg->head_dim};
-            st = write_dataset(w, lg, lpath, "k_cache", 1, 3, kv, gs->k_cache[l]);
-            if (!st) st = write_dataset(w, lg, lpath, "v_cache", 1, 3, kv, gs->v_cache[l]);
-        } else {
-            hsize_t cv[2] = {(hsize_t)qc_cfg_conv_dim(cfg), (hsize_t)cfg->conv_kernel};
-            hsize_t rs[3] = {(hsize_t)cfg->lin_n_v_heads, (hsize_t)cfg->lin_k_dim,
-                             (hsize_t)cfg->lin_v_dim};
-            st = write_dataset(w, lg, lpath, "conv_state", 1, 2, cv, gs->conv_state[l]);
-            if (!st)
-                st = write_dataset(w, lg, lpath, "recurrent_state", 1, 3, rs,
-                                   gs->recurrent_state[l]);
-        }
-        CLOSE_G(lg);
-    }
-    CLOSE_G(sg);
-    return st;
-}
-
-static qc_status write_case(const wr_ctx *w, const qc_config *cfg, hid_t cases_g,
-                            const qc_golden_case *gc) {
-    qc_status st = QC_OK;
-    hid_t g = H5I_INVALID_HID, pg = H5I_INVALID_HID, dg = H5I_INVALID_HID;
-    char cpath[160], ppath[200], dpath[200];
-    const hsize_t V = (hsize_t)cfg->vocab_size, L = (hsize_t)cfg->n_layers,
-                  H = (hsize_t)cfg->hidden_size;
-    snprintf(cpath, sizeof cpath, "/cases/%s", gc->name);
-    if (!valid_case_name(gc->name))
-        return qc_errf(w->err, QC_ERR_ARG, "%s: %s: invalid case name (want [A-Za-z0-9_-]+)",
-                       w->file, cpath);
-    if (gc->n_tokens < 1 || !gc->tokens || !gc->prefill_logits)
-        return qc_errf(w->err, QC_ERR_ARG, "%s: %s: no prompt tokens / logits", w->file, cpath);
-    if (gc->start_pos > 0 && (gc->n_history != gc->start_pos || !gc->history))
-        return qc_errf(w->err, QC_ERR_ARG, "%s: %s: start_pos %d needs %d history tokens (have %d)",
-                       w->file, cpath, gc->start_pos, gc->start_pos, gc->n_history);
-    /* what is written must read back: the reader bounds the positions of a case */
-    if ((long long)gc->start_pos + gc->n_tokens + gc->n_decode > qc_golden_max_positions(cfg))
-        return qc_errf(w->err, QC_ERR_ARG, "%s: %s: start_pos %d + %d tokens + %d decode steps "
-                       "= %lld positions, more than %d (%s)", w->file, cpath, gc->start_pos,
-                       gc->n_tokens, gc->n_decode,
-                       (long long)gc->start_pos + gc->n_tokens + gc->n_decode,
-                       qc_golden_max_positions(cfg), positions_what(cfg));
-    if ((st = make_group(w, cases_g, gc->name, cpath, &g))) return st;
-    if ((st = write_attr_int(w, g, cpath, "start_pos", gc->start_pos, 0))) goto done;
-    if (gc->max_seq_len > 0 &&
-        (st = write_attr_int(w, g, cpath, "max_seq_len", gc->max_seq_len, 0)))
-        goto done;
-    if ((st = write_attr_string(w, g, cpath, "description", gc->description))) goto done;
-    if (gc->start_pos > 0) {
-        hsize_t dh[1] = {(hsize_t)gc->start_pos};
-        if ((st = write_dataset(w, g, cpath, "history_tokens", 0, 1, dh, gc->history))) goto done;
-    }
-    const hsize_t T = (hsize_t)gc->n_tokens;
-    hsize_t dt[1] = {T};
-    if ((st = write_dataset(w, g, cpath, "tokens", 0, 1, dt, gc->tokens))) goto done;
-
-    snprintf(ppath, sizeof ppath, "%s/prefill", cpath);
-    if ((st = make_group(w, g, "prefill", ppath, &pg))) goto done;
-    hsize_t dl[2] = {T, V};
-    if ((st = write_dataset(w, pg, ppath, "logits", 1, 2, dl, gc->prefill_logits))) goto done;
-    if (gc->prefill_hidden) {
-        hsize_t dhid[3] = {L + 1, T, H};
-        if ((st = write_dataset(w, pg, ppath, "hidden", 1, 3, dhid, gc->prefill_hidden)))
-            goto done;
-    }
-    if (gc->prefill_state.present) {
-        if (gc->prefill_state.n_pos != gc->start_pos + gc->n_tokens) {
-            st = qc_errf(w->err, QC_ERR_ARG, "%s: %s/state: %d positions != start_pos + T = %d",
-                         w->file, ppath, gc->prefill_state.n_pos, gc->start_pos + gc->n_tokens);
-            goto done;
-        }
-        if ((st = write_state(w, cfg, pg, ppath, &gc->prefill_state))) goto done;
-    }
-
-    if (gc->n_decode > 0) {
-        const hsize_t S = (hsize_t)gc->n_decode;
-        snprintf(dpath, sizeof dpath, "%s/decode", cpath);
-        if ((st = make_group(w, g, "decode", dpath, &dg))) goto done;
-        hsize_t ds[1] = {S}, dsl[2] = {S, V};
-        if ((st = write_dataset(w, dg, dpath, "tokens", 0, 1, ds, gc->decode_tokens))) goto done;
-        if ((st = write_dataset(w, dg, dpath, "logits", 1, 2, dsl, gc->decode_logits))) goto done;
-        if (gc->decode_margins &&
-            (st = write_dataset(w, dg, dpath, "margins", 1, 1, ds, gc->decode_margins)))
-            goto done;
-        if (gc->decode_state.present) {
-            if (gc->decode_state.n_pos != gc->start_pos + gc->n_tokens + gc->n_decode) {
-                st = qc_errf(w->err, QC_ERR_ARG,
-                             "%s: %s/state: %d positions != start_pos + T + S = %d", w->file,
-                             dpath, gc->decode_state.n_pos,
-                             gc->start_pos + gc->n_tokens + gc->n_decode);
-                goto done;
-            }
-            if ((st = write_state(w, cfg, dg, dpath, &gc->decode_state))) goto done;
-        }
-    }
-done:
-    CLOSE_G(dg);
-    CLOSE_G(pg);
-    CLOSE_G(g);
-    return st;
-}
-
-qc_status qc_golden_write(const char *path, const qc_golden *g, qc_err *err) {
-    qc_status st = QC_OK;
-    hid_t f = H5I_INVALID_HID, root = H5I_INVALID_HID, cases = H5I_INVALID_HID;
-    wr_ctx w = {path, err};
-    char h5msg[300];
-    h5_quiet();
-    if (!g->config_json)
-        return qc_errf(err, QC_ERR_ARG, "%s: /config_json: no config text", path);
-    for (int i = 0; i < g->n_cases; i++)
-        for (int j = 0; j < i; j++)
-            if (strcmp(g->cases[i].name, g->cases[j].name) == 0)
-                return qc_errf(err, QC_ERR_ARG, "%s: /cases/%s: duplicate case name", path,
-                               g->cases[i].name);
-
-    /* the temp file beside the target (qc_outpath: validated, never an input of the run,
-     * removed on every error path and on SIGINT / SIGTERM); HDF5 writes it by name */
-    qc_out out;
-    if ((st = qc_out_open(&out, path, QC_OUT_REGULAR, err))) return st;
-    f = H5Fcreate(out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) {
-        st = qc_errf(err, QC_ERR_IO, "%s: cannot create %s: %s", path, out.tmp,
-                     h5_errdesc(h5msg, sizeof h5msg));
-        qc_out_abort(&out);
-        return st;
-    }
-    root = H5Gopen2(f, "/", H5P_DEFAULT);
-    if (root < 0) {
-        st = wr_fail(&w, "/");
-        goto done;
-    }
-    if ((st = write_attr_int(&w, root, "/", "schema_version", QC_GOLDEN_SCHEMA_VERSION, 0)) ||
-        (st = write_attr_string(&w, root, "/", "generator", g->generator)) ||
-        (st = write_attr_string(&w, root, "/", "torch_version", g->torch_version)) ||
-        (st = write_attr_int(&w, root, "/", "seed", g->seed, 1)) ||
-        (st = write_attr_string(&w, root, "/", "compute_dtype", g->compute_dtype)) ||
-        (st = write_attr_string(&w, root, "/", "model_path", g->model_path)) ||
-        (st = write_attr_string(&w, root, "/", "config_sha256", g->config_sha256)) ||
-        (st = write_attr_string(&w, root, "/", "weights_sha256", g->weights_sha256)) ||
-        (st = write_attr_string(&w, root, "/", "config_json", g->config_json)))
-        goto done;
-    if ((st = make_group(&w, root, "cases", "/cases", &cases))) goto done;
-    for (int i = 0; i < g->n_cases; i++)
-        if ((st = write_case(&w, &g->cfg, cases, &g->cases[i]))) goto done;
-done:
-    CLOSE_G(cases);
-    CLOSE_G(root);
-    /* every dataset / attribute / type / space handle is closed on every path; but an I/O
-     * error (disk full, file size limit) can make H5Dclose / H5Gclose fail (unchecked by the
-     * CLOSE_* macros) and leave the object open: that is a failed write, not a crash. (Such
-     * an object must not be closed again: libhdf5 1.10 can crash re-flushing it.) */
-    int leaked = H5Fget_obj_count(f, H5F_OBJ_ALL | H5F_OBJ_LOCAL) != 1;
-    if (!st && leaked) st = wr_fail(&w, "closing the file's objects (disk full?)");
-    if (st) H5Eclear2(H5E_DEFAULT);
-    herr_t closed = H5Fclose(f);
-    if (closed < 0 && !st) st = wr_fail(&w, "closing the file");
-    if (st) {
-        /* after an I/O error libhdf5 may keep the file open and crash flushing it at exit:
-         * mark the library unusable (main() then leaves with _exit, like after a fault) */
-        if (leaked || closed < 0) vl_faulted = 1;
-        H5Eclear2(H5E_DEFAULT);
-        qc_out_abort(&out);
-        return st;
-    }
-    return qc_out_commit(&out, err); /* fsync + rename onto path */
-}
-
-/* ===================================================================================== */
-/* finding golden files                                                                  */
-/* ===================================================================================== */
-
-/* The walk follows symbolic links but takes every directory and every file once, by device +
- * inode. Real directories are walked first (depth first, names in byte order); a symlinked
- * directory is queued and walked after them (breadth of links: all one-link targets, then the
- * two-link ones, ...), so a directory reachable both ways is listed under its real path. A
- * directory reached again is skipped: a "directory loop" when it encloses the link, else a
- * duplicate. Of several names of one file, the one reached through the fewest symlinks, then
- * the first in byte order, is kept. Every skip is a note on stderr, never an error. */
-
-typedef struct {
-    dev_t dev;
-    ino_t ino;
-    char *path;
-} seen_dir;
-
-typedef struct {
-    dev_t dev;
-    ino_t ino;
-    int links; /* symlinks followed to reach it */
-    char *path;
-    const char *same_as; /* set when skipped: the kept name */
-} found_file;
-
-typedef struct {
-    char *path;
-    int depth, links;
-} pend_dir;
-
-typedef struct {
-    seen_dir *dirs;
-    int nd, capd;
-    found_file *files;
-    int nf, capf;
-    pend_dir *pend;
-    int np, capp;
-    qc_err *err;
-} walker;
-
-/* arr (elements of size elt, capacity *cap) with room for n + 1: arr itself, or a larger copy
- * (*cap updated); NULL when out of memory (arr unchanged). */
-static void *grow(void *arr, int *cap, int n, size_t elt) {
-    if (n < *cap) return arr;
-    int nc = *cap ? *cap * 2 : 16;
-    void *na = realloc(arr, (size_t)nc * elt);
-    if (na) *cap = nc;
-    return na;
-}
-
-/* Notes are printed once per process per skipped path: qc_outpath walks the --golden tree
- * too (to register the inputs) before the check walks it. */
-static uint64_t noted_[512];
-static int n_noted_;
-
-static void note_skip(const char *path, const char *why, const char *other) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a of path, why */
-    for (const char *s = path; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    for (const char *s = why; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    for (int i = 0; i < n_noted_; i++)
-        if (noted_[i] == h) return;
-    if (n_noted_ < (int)(sizeof noted_ / sizeof *noted_)) noted_[n_noted_++] = h;
-    fprintf(stderr, "qwen-conform: note: skipping %s: %s%s\n", path, why, other);
-}
-
-/* 1 when path is dir or inside it. */
-static int path_within(const char *path, const char *dir) {
-    size_t n = strlen(dir);
-    if (strncmp(path, dir, n) != 0) return 0;
-    return path[n] == '\0' || path[n] == '/' || (n > 0 && dir[n - 1] == '/');
-}
-
-static qc_status walk_dir(walker *w, const char *dir, int depth, int links);
-
-/* Walk the directory at p (stat sb) unless it was walked already. */
-static qc_status visit_dir(walker *w, const char *p, const struct stat *sb, int depth,
-                           int links) {
-    for (int i = 0; i < w->nd; i++) {
-        if (w->dirs[i].dev != sb->st_dev || w->dirs[i].ino != sb->st_ino) continue;
-        if (path_within(p, w->dirs[i].path)) {
-            char other[PATH_MAX + 64];
-            snprintf(other, sizeof other, " (back to %s)", w->dirs[i].path);
-            note_skip(p, "directory loop", other);
-        } else {
-            note_skip(p, "same file as ", w->dirs[i].path);
-        }
-        return QC_OK;
-    }
-    if (depth > 32) return qc_errf(w->err, QC_ERR_IO, "%s: directories nested too deeply", p);
-    seen_dir *nd = grow(w->dirs, &w->capd, w->nd, sizeof *w->dirs);
-    if (nd) w->dirs = nd;
-    if (!nd || !(w->dirs[w->nd].path = strdup(p)))
-        return qc_errf(w->err, QC_ERR_OOM, "%s: out of memory", p);
-    w->dirs[w->nd].dev = sb->st_dev;
-    w->dirs[w->nd].ino = sb->st_ino;
-    w->nd++;
-    return walk_dir(w, p, depth, links);
-}
-
-static qc_status walk_dir(walker *w, const char *dir, int depth, int links) {
-    DIR *d = opendir(dir);
-    if (!d)
-        return qc_errf(w->err, QC_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
-    name_list nl = {0};
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue; /* ".", "..", hidden temp dirs and files */
-        if (collect_names(0, e->d_name, NULL, &nl) < 0) break;
-    }
-    closedir(d);
-    qc_status st = nl.oom ? qc_errf(w->err, QC_ERR_OOM, "%s: out of memory", dir) : QC_OK;
-    if (!st && nl.n > 1) qsort(nl.names, (size_t)nl.n, sizeof *nl.names, cmp_str);
-    for (int i = 0; !st && i < nl.n; i++) {
-        char p[PATH_MAX];
-        int n = snprintf(p, sizeof p, "%s/%s", dir, nl.names[i]);
-        if (n < 0 || (size_t)n >= sizeof p) continue;
-        struct stat lsb, sb;
-        if (lstat(p, &lsb) != 0) continue;
-        const int is_link = S_ISLNK(lsb.st_mode);
-        if (is_link) {
-            if (stat(p, &sb) != 0) continue; /* dangling */
-        } else {
-            sb = lsb;
-        }
-        if (S_ISDIR(sb.st_mode) && !is_link) {
-            st = visit_dir(w, p, &sb, depth + 1, links);
-        } else if (S_ISDIR(sb.st_mode)) { /* a symlinked directory: walked after the real ones */
-            pend_dir *np = grow(w->pend, &w->capp, w->np, sizeof *w->pend);
-            if (np) w->pend = np;
-            if (!np || !(w->pend[w->np].path = strdup(p))) {
-                st = qc_errf(w->err, QC_ERR_OOM, "%s: out of memory", dir);
-                break;
-            }
-            w->pend[w->np].depth = depth + 1;
-            w->pend[w->np].links = links + 1;
-            w->np++;
-        } else if (S_ISREG(sb.st_mode)) {
-            size_t len = strlen(nl.names[i]);
-            if (len <= 3 || strcmp(nl.names[i] + len - 3, ".h5") != 0) continue;
-            found_file *nf = grow(w->files, &w->capf, w->nf, sizeof *w->files);
-            if (nf) w->files = nf;
-            if (!nf || !(w->files[w->nf].path = strdup(p))) {
-                st = qc_errf(w->err, QC_ERR_OOM, "%s: out of memory", dir);
-                break;
-            }
-            found_file *ff = &w->files[w->nf++];
-            ff->dev = sb.st_dev;
-            ff->ino = sb.st_ino;
-            ff->links = links + is_link;
-            ff->same_as = NULL;
-        }
-    }
-    for (int i = 0; i < nl.n; i++) free(nl.names[i]);
-    free(nl.names);
-    return st;
-}
-
-/* Same file first, then the fewest links, then byte order. */
-static int cmp_found(const void *a, const void *b) {
-    const found_file *x = a, *y = b;
-    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
-    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
-    if (x->links != y->links) return x->links < y->links ? -1 : 1;
-    return strcmp(x->path, y->path);
-}
-
-static int cmp_found_path(const void *a, const void *b) {
-    return strcmp(((const found_file *)a)->path, ((const found_file *)b)->path);
-}
-
-static void walker_free(walker *w) {
-    for (int i = 0; i < w->nd; i++) free(w->dirs[i].path);
-    for (int i = 0; i < w->nf; i++) free(w->files[i].path);
-    for (int i = 0; i < w->np; i++) free(w->pend[i].path);
-    free(w->dirs);
-    free(w->files);
-    free(w->pend);
-}
-
-/* The walk of a directory: every *.h5 once, sorted, into pl (an array of malloc'd paths). */
-static qc_status find_dir(const char *base, const struct stat *sb, char ***out, int *nout,
-                          qc_err *err) {
-    walker w;
-    memset(&w, 0, sizeof w);
-    w.err = err;
-    qc_status st = visit_dir(&w, base, sb, 0, 0);
-    /* then the symlinked directories, in the order met (the queue grows while walked) */
-    for (int k = 0; !st && k < w.np; k++) {
-        struct stat ps;
-        const pend_dir pd = w.pend[k];
-        if (stat(pd.path, &ps) == 0 && S_ISDIR(ps.st_mode))
-            st = visit_dir(&w, pd.path, &ps, pd.depth, pd.links);
-    }
-    char **paths = NULL;
-    int n = 0;
-    if (!st && w.nf > 0) {
-        qsort(w.files, (size_t)w.nf, sizeof *w.files, cmp_found);
-        for (int i = 1; i < w.nf; i++) {
-            found_file *prev = &w.files[i - 1];
-            if (w.files[i].dev == prev->dev && w.files[i].ino == prev->ino)
-                w.files[i].same_as = prev->same_as ? prev->same_as : prev->path;
-        }
-        qsort(w.files, (size_t)w.nf, sizeof *w.files, cmp_found_path);
-        paths = malloc((size_t)w.nf * sizeof *paths);
-        if (!paths) st = qc_errf(err, QC_ERR_OOM, "%s: out of memory", base);
-        for (int i = 0; !st && i < w.nf; i++) {
-            if (w.files[i].same_as) {
-                note_skip(w.files[i].path, "same file as ", w.files[i].same_as);
-                continue;
-            }
-            paths[n++] = w.files[i].path;
-            w.files[i].path = NULL; /* moved; kept names stay valid for same_as until freed */
-        }
-    }
-    if (st) {
-        qc_golden_paths_free(paths, n);
-        paths = NULL;
-        n = 0;
-    }
-    /* same_as points into kept paths (moved, still alive) or skipped ones (freed here, after
-     * the notes were printed) */
-    walker_free(&w);
-    *out = paths;
-    *nout = n;
-    return st;
-}
-
-qc_status qc_golden_find(const char *dir_or_file, char ***paths, int *n, qc_err *err) {
-    *paths = NULL;
-    *n = 0;
-    struct stat sb;
-    if (stat(dir_or_file, &sb) != 0)
-        return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", dir_or_file, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) {
-        char base[PATH_MAX];
-        snprintf(base, sizeof base, "%s", dir_or_file);
-        size_t bl = strlen(base);
-        while (bl > 1 && base[bl - 1] == '/') base[--bl] = '\0';
-        return find_dir(base, &sb, paths, n, err);
-    }
-    char **one = malloc(sizeof *one);
-    if (!one || !(one[0] = strdup(dir_or_file))) {
-        free(one);
-        return qc_errf(err, QC_ERR_OOM, "%s: out of memory", dir_or_file);
-    }
-    *paths = one;
-    *n = 1;
-    return QC_OK;
-}
-
-void qc_golden_paths_free(char **paths, int n) {
-    if (!paths) return;
-    for (int i = 0; i < n; i++) free(paths[i]);
-    free(paths);
-}
