@@ -89,6 +89,26 @@ def margins(first_row, decode_logits):
     return (top2[:, 1] - top2[:, 0]).astype(np.float32)
 
 
+def _same_file(a, b):
+    """True when paths a and b name one file (device + inode; realpath when a is not there)."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _refuse_inputs(path, golden):
+    """An ACTUAL file never replaces its golden or a file of the golden's model."""
+    inputs = [golden.path]
+    if os.path.isdir(golden.model_dir):
+        inputs += [os.path.join(golden.model_dir, n) for n in sorted(os.listdir(golden.model_dir))]
+    for q in inputs:
+        if _same_file(path, q):
+            raise ValueError("%s: is the same file as %s (an input): refusing to overwrite it"
+                             % (path, q))
+
+
 class ActualWriter:
     """Writes an ACTUAL file in the golden layout for the cases of `golden` (a Golden or a path).
     Use as a context manager: the file appears (renamed from a temporary) on a clean exit."""
@@ -97,6 +117,7 @@ class ActualWriter:
                  torch_version=""):
         h5py = _h5py()
         self.g = golden if isinstance(golden, Golden) else read(golden)
+        _refuse_inputs(path, self.g)
         self.path, self.tmp = path, "%s.tmp.%d" % (path, os.getpid())
         fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
         fapl.set_libver_bounds(h5py.h5f.LIBVER_V18, h5py.h5f.LIBVER_V18)

@@ -126,3 +126,23 @@ def test_qwen_conform_diff_accepts_it(recorded, tmp_path):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert " 0 failed" in p.stdout.strip().splitlines()[-1]
+
+
+def test_writer_never_replaces_an_input(tmp_path):
+    """An ACTUAL aimed at its golden or the model's files (also through a symlink) is refused
+    before anything is written; the inputs keep their bytes."""
+    import hashlib
+    import shutil
+    fx = tmp_path / "fx"
+    shutil.copytree(os.path.dirname(SMALL), fx)
+    gpath = str(fx / "golden.h5")
+    before = {p: hashlib.sha256(open(p, "rb").read()).hexdigest()
+              for p in [gpath, str(fx / "model" / "config.json")]}
+    g = golden.read(gpath)
+    os.symlink(gpath, str(tmp_path / "link.h5"))
+    for target in [gpath, str(fx / "model" / "config.json"), str(tmp_path / "link.h5")]:
+        with pytest.raises(ValueError, match="is the same file as .* refusing to overwrite"):
+            golden.ActualWriter(target, g)
+    after = {p: hashlib.sha256(open(p, "rb").read()).hexdigest() for p in before}
+    assert before == after
+    assert not [n for n in os.listdir(fx) if ".tmp." in n]
