@@ -2,6 +2,7 @@
 """Validate golden HDF5 files against schema v1 (golden/SCHEMA.md).
 
     /usr/bin/python3 golden/validate.py [--no-model] FILE_OR_DIR...
+    /usr/bin/python3 golden/validate.py --actual [--layout auto|canonical|hf] GOLDEN ACTUAL
 
 Directories are searched recursively for *.h5. Every problem is reported as
 "<file>: <dataset or attribute>: <what is wrong>". Exit status: 0 all valid, 1 a file is
@@ -16,6 +17,11 @@ every case: name, start_pos / history_tokens, tokens in range, exact shapes and 
 int32) of every required dataset against the config, finiteness, the state groups (exactly the
 tensors of each layer's kind), decode consistency (tokens[0] = argmax of the last prefill row,
 tokens[s] = argmax of decode/logits[s-1], margins = top1 - top2 of those rows).
+
+--actual: an ACTUAL file (a runtime's outputs) against its golden, by the ACTUAL column of
+golden/SCHEMA.md "Required and optional": exit 1 exactly when `qwen-conform diff` would refuse
+it with a format error (exit 2); "note" lines say what diff SKIPs or fails on without one.
+Importable: `validate_actual(golden, actual) -> (errors, notes)`.
 """
 import hashlib
 import json
@@ -252,6 +258,299 @@ def _check_case(f, name, cfg, rep):
 
 
 # ------------------------------------------------------------------------------------------------
+# ACTUAL files (golden/SCHEMA.md "Required and optional", "ACTUAL layouts")
+# ------------------------------------------------------------------------------------------------
+
+# (tag, shape, variant) candidates per tensor; -1 = any extent. Tags: "canonical" / "hf".
+def _logit_shapes(T, V, R):
+    if R is not None:
+        return [("canonical", (R, V), "rows"), ("hf", (1, R, V), "rows")]
+    return [("canonical", (T, V), "all"), ("hf", (1, T, V), "all"), ("hf", (V,), "last"),
+            ("hf", (1, V), "last"), ("hf", (1, 1, V), "last")]
+
+
+def _state_shapes(cfg, kind, n_pos):
+    if kind == "kv":  # N >= n_pos: a larger static cache is accepted (checked by the caller)
+        s = (cfg.num_key_value_heads, -1, cfg.head_dim)
+        return [("canonical", s, 0), ("hf", (1,) + s, 0)]
+    if kind == "conv":
+        C, K = cfg.conv_dim, cfg.linear_conv_kernel_dim
+        return [("canonical", (C, K), K), ("hf", (1, C, K), K), ("canonical", (C, K - 1), K - 1),
+                ("hf", (1, C, K - 1), K - 1)]
+    s = (cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim)
+    return [("canonical", s, 0), ("hf", (1,) + s, 0)]
+
+
+class _ActualCheck:
+    """What `qwen-conform diff` refuses (errors) and SKIPs (notes) in an ACTUAL file."""
+
+    def __init__(self, path, layout):
+        self.rep = _Report(path)
+        self.layout = layout
+        self.notes = []
+        self.tags = {"canonical": 0, "hf": 0}
+        self.max_pos = 1 << 20
+
+    def note(self, where, msg):
+        self.notes.append("%s: %s: %s" % (self.rep.path, where, msg))
+
+    def shaped(self, f, path, cands, kind):
+        """The dataset's (array, variant) if present and of one of the shapes; None absent."""
+        if path not in f:
+            return None
+        ds = f[path]
+        if not isinstance(ds, h5py.Dataset):
+            self.rep.err(path, "not a dataset")
+            return None
+        want = np.floating if kind == "f" else np.integer
+        if not np.issubdtype(ds.dtype, want):
+            self.rep.err(path, "not a%s dataset (%s)" % (" float" if kind == "f" else "n integer",
+                                                        ds.dtype))
+            return None
+        for tag, shape, var in cands:
+            if self.layout not in ("auto", tag):
+                continue
+            if len(shape) == ds.ndim and all(w < 0 or w == h for w, h in zip(shape, ds.shape)):
+                self.tags[tag] += 1
+                return ds[()], var
+        self.rep.err(path, "shape %s fits no %slayout" % (tuple(ds.shape),
+                                                         "" if self.layout == "auto" else self.layout + " "))
+        return None
+
+    def ids(self, f, path):
+        got = self.shaped(f, path, [("canonical", (-1,), 0), ("hf", (1, -1), 0)], "i")
+        return None if got is None else np.asarray(got[0]).reshape(-1)
+
+    def inputs(self, f, g, c, gc):
+        a = f[c].attrs
+        if "start_pos" in a and (not _is_int_scalar(a["start_pos"]) or
+                                 int(a["start_pos"]) != int(gc.attrs["start_pos"])):
+            self.rep.err(c + " (attr start_pos)", "ACTUAL %r, golden %d (input mismatch)"
+                         % (a["start_pos"], int(gc.attrs["start_pos"])))
+        for rel in ("history_tokens", "tokens", "decode/tokens"):
+            got = self.ids(f, c + "/" + rel)
+            if got is None:
+                continue
+            want = gc[rel][()] if rel in gc else np.zeros(0, np.int32)
+            hist = gc["history_tokens"][()] if "history_tokens" in gc else np.zeros(0, np.int32)
+            if (rel == "tokens" and hist.size and got.size == hist.size + want.size
+                    and np.array_equal(got[:hist.size], hist)):
+                got = got[hist.size:]   # the whole sequence: history + prompt
+            if rel == "decode/tokens":  # a different token is a FAIL (decode.tokens), not here
+                if got.size != want.size:
+                    self.rep.err(c + "/" + rel, "ACTUAL has %d ids, the golden %d"
+                                 % (got.size, want.size))
+                continue
+            if got.size != want.size:
+                self.rep.err(c + "/" + rel, "ACTUAL has %d ids, the golden %d (input mismatch)"
+                             % (got.size, want.size))
+            elif not np.array_equal(got, want):
+                i = int(np.argmax(got != want))
+                self.rep.err(c + "/" + rel, "[%d]: ACTUAL %d, golden %d (input mismatch)"
+                             % (i, got[i], want[i]))
+
+    def state(self, f, group, cfg, n_pos):
+        if group not in f:
+            self.note(group, "absent: the %s state checks are SKIPPED" % group.split("/")[-2])
+            return
+        cols = set()
+        for i, kind in enumerate(cfg.layer_types):
+            lg = "%s/layer_%02d" % (group, i)
+            full = kind == qconfig.FULL
+            names = ("k_cache", "v_cache") if full else ("conv_state", "recurrent_state")
+            wrong = ("conv_state", "recurrent_state") if full else ("k_cache", "v_cache")
+            for w in wrong:
+                if lg + "/" + w in f:
+                    self.note(lg + "/" + w, "ignored: layer %d is a %s layer" % (i, kind))
+            for n in names:
+                k = "kv" if full else ("conv" if n == "conv_state" else "rec")
+                got = self.shaped(f, lg + "/" + n, _state_shapes(cfg, k, n_pos), "f")
+                if got is not None and k == "conv":
+                    cols.add(got[1])
+                if got is not None and k == "kv":
+                    N = got[0].shape[-2]
+                    lim = self.max_pos
+                    if N < n_pos or N > lim:
+                        self.rep.err(lg + "/" + n, "holds %d positions; the case needs %d" % (N, n_pos))
+        if len(cols) > 1:
+            self.rep.err(group, "conv states with different column counts %s" % sorted(cols))
+
+    def case(self, f, g, name, cfg):
+        c, gc = "/cases/" + name, g["cases"][name]
+        P, T = int(gc.attrs["start_pos"]), gc["tokens"].shape[0]
+        S = gc["decode/tokens"].shape[0] if "decode/tokens" in gc else 0
+        V, L, H = cfg.vocab_size, cfg.num_hidden_layers, cfg.hidden_size
+        if not isinstance(f[c], h5py.Group):
+            self.rep.err(c, "not a group")
+            return
+        self.inputs(f, g, c, gc)
+        pre = c + "/prefill"
+        if pre + "/logits" not in f:
+            self.rep.err(pre + "/logits", "missing dataset (the one tensor every ACTUAL case "
+                         "must have)")
+            return
+        pos = self.ids(f, pre + "/logits_positions")
+        got = self.shaped(f, pre + "/logits", _logit_shapes(T, V, None if pos is None else pos.size), "f")
+        if got is not None and pos is not None:
+            rows = pos.astype(np.int64) - P
+            if pos.size == 0 or rows.min() < 0 or rows.max() >= T or np.any(np.diff(rows) <= 0):
+                self.rep.err(pre + "/logits_positions", "not ascending prompt positions in [%d, %d)"
+                             % (P, P + T))
+        if got is not None and got[1] != "all":
+            self.note(pre + "/logits", "a subset of the prompt positions: compared on those")
+        hid = [("canonical", (L + 1, T, H), 0), ("hf", (L + 1, 1, T, H), 0), ("hf", (1, L + 1, T, H), 0)]
+        if self.shaped(f, pre + "/hidden", hid, "f") is None and pre + "/hidden" not in f:
+            self.note(pre + "/hidden", "absent: prefill.hidden is SKIPPED")
+        self.state(f, pre + "/state", cfg, P + T)
+        dec = c + "/decode"
+        if dec + "/logits" in f and S == 0:
+            self.rep.err(dec + "/logits", "the golden case has no decode steps")
+        elif S > 0:
+            self.ids(f, dec + "/tokens")
+            dl = [("canonical", (S, V), 0), ("hf", (1, S, V), 0), ("hf", (S, 1, V), 0)]
+            if self.shaped(f, dec + "/logits", dl, "f") is None and dec + "/logits" not in f:
+                self.note(dec + "/logits", "absent (prefill-only ACTUAL): decode checks SKIPPED")
+            else:
+                self.state(f, dec + "/state", cfg, P + T + S)
+
+
+def _same_object(f, a, b):
+    try:
+        return h5py.h5o.get_info(f[a].id).addr == h5py.h5o.get_info(f[b].id).addr
+    except (AttributeError, KeyError, TypeError):
+        return f[a] == f[b]
+
+
+def _golden_as_actual(f, g):
+    """A golden passed as the ACTUAL: the golden generator's signature and either a float32
+    GOLDEN (the two swapped), another model's config, or the first common case's
+    prefill/logits bit-identical to the golden's. (The signature alone, on a golden copied and
+    its tensors replaced, is compared as a runtime's output; a float64 compute_dtype alone is
+    an independent float64 implementation.)"""
+    if not str(f.attrs.get("generator", "")).startswith("qwen-conform-golden"):
+        return False
+    if g.attrs.get("compute_dtype") != "float64":
+        return True
+    if "config_json" in f.attrs:
+        try:
+            if json.loads(f.attrs["config_json"]) != json.loads(g.attrs["config_json"]):
+                return True
+        except (TypeError, ValueError):
+            return True
+    common = [n for n in sorted(g["cases"]) if "cases" in f and n in f["cases"]]
+    if not common:
+        return False
+    p = "cases/%s/prefill/logits" % common[0]
+    if p not in f or not isinstance(f[p], h5py.Dataset):
+        return False
+    a, b = f[p][()], g[p][()]
+    return a.shape == b.shape and a.dtype == np.float32 and a.tobytes() == b.tobytes()
+
+
+def _actual_root(f, g, chk):
+    rep, a = chk.rep, f.attrs
+    if "schema_version" not in a:
+        rep.err("/ (attr schema_version)", "missing")
+        return False
+    if not _is_int_scalar(a["schema_version"]) or int(a["schema_version"]) != SCHEMA_VERSION:
+        rep.err("/ (attr schema_version)", "%r is not %d" % (a["schema_version"], SCHEMA_VERSION))
+        return False
+    if _golden_as_actual(f, g):
+        rep.err("/ (attr generator)", "this is a golden (%r), not a runtime's output"
+                % a.get("generator"))
+        return False
+    for k in ("config_sha256", "weights_sha256"):
+        if k in a:
+            if not isinstance(a[k], str) or not re.match(r"^([0-9a-fA-F]{64})?$", a[k]):
+                chk.note("/ (attr %s)" % k, "not a hex SHA-256: ignored (optional)")
+            elif a[k] and g.attrs[k] and a[k].lower() != g.attrs[k].lower():
+                chk.note("/ (attr %s)" % k, "differs from the golden's: ACTUAL was computed from a "
+                         "different model (diff: model_hash FAIL)")
+        else:
+            chk.note("/ (attr %s)" % k, "absent: the model is not compared")
+    if "cases" not in f or not isinstance(f["cases"], h5py.Group) or not len(f["cases"]):
+        rep.err("/cases", "missing or empty")
+        return False
+    names = sorted(f["cases"].keys())
+    for n in names:
+        if not CASE_NAME.match(n):
+            rep.err("/cases/" + n, "case name does not match [A-Za-z0-9_-]+")
+    for i, x in enumerate(names):
+        for y in names[i + 1:]:
+            if x.lower() == y.lower() or _same_object(f, "/cases/" + x, "/cases/" + y):
+                rep.err("/cases/%s and /cases/%s" % (x, y), "duplicated case")
+    extra = [n for n in names if n not in g["cases"]]
+    if extra:
+        rep.err("/cases", "case(s) with no golden counterpart: %s" % ", ".join(extra))
+    return not rep.errors
+
+
+def validate_actual(golden_path, path, layout="auto"):
+    """(errors, notes) of an ACTUAL file against its golden: errors are what diff refuses
+    (exit 2), notes what it SKIPs or fails without a format error."""
+    chk = _ActualCheck(path, layout)
+    try:
+        g = h5py.File(golden_path, "r")
+    except (OSError, ValueError) as e:
+        return ["%s: /: cannot open as HDF5: %s" % (golden_path, e)], []
+    try:
+        f = h5py.File(path, "r")
+    except (OSError, ValueError) as e:
+        g.close()
+        chk.rep.err("/", "cannot open as HDF5: %s" % e)
+        return chk.rep.errors, []
+    where = "/"
+    try:
+        with f, g:
+            obj = json.loads(g.attrs["config_json"])
+            cfg = qconfig.parse(obj, golden_path)
+            mpe = (obj.get("text_config") or obj).get("max_position_embeddings", 32768)
+            chk.max_pos = int(mpe) if isinstance(mpe, int) and 0 < mpe < (1 << 20) else 1 << 20
+            if "config_json" in f.attrs:
+                try:
+                    other = qconfig.parse(json.loads(f.attrs["config_json"]), path) != cfg
+                    if other:
+                        chk.note("/ (attr config_json)", "not the golden's config: another model "
+                                 "(diff: model_hash FAIL)")
+                except Exception as e:  # noqa: BLE001 - optional: not compared
+                    chk.note("/ (attr config_json)", "cannot be parsed (%s): not compared" % e)
+            if _actual_root(f, g, chk):
+                for name in sorted(f["cases"].keys()):
+                    where = "/cases/" + name
+                    chk.case(f, g, name, cfg)
+                missing = [n for n in sorted(g["cases"]) if n not in f["cases"]]
+                if missing:
+                    chk.note("/cases", "golden case(s) missing (diff: coverage FAIL unless "
+                             "--cases): %s" % ", ".join(missing))
+    except READ_ERRORS as e:
+        _cannot_read(chk.rep, where, e)
+    return chk.rep.errors, chk.notes
+
+
+def main_actual(args):
+    layout = "auto"
+    if "--layout" in args:
+        i = args.index("--layout")
+        layout = args[i + 1] if i + 1 < len(args) else ""
+        args = args[:i] + args[i + 2:]
+    if len(args) != 2 or layout not in ("auto", "canonical", "hf"):
+        sys.stderr.write("usage: validate.py --actual [--layout auto|canonical|hf] GOLDEN ACTUAL\n")
+        return 2
+    for a in args:
+        if not os.path.isfile(a):
+            sys.stderr.write("validate.py: %s: no such file\n" % a)
+            return 2
+    errors, notes = validate_actual(args[0], args[1], layout)
+    for n in notes:
+        print("note    " + n)
+    for e in errors:
+        print("INVALID " + e)
+    if not errors:
+        print("ok      %s (an ACTUAL for %s)" % (args[1], args[0]))
+    return 1 if errors else 0
+
+
+# ------------------------------------------------------------------------------------------------
 # Entry points
 # ------------------------------------------------------------------------------------------------
 
@@ -306,6 +605,8 @@ def find_goldens(p):
 
 
 def main(argv):
+    if argv and argv[0] == "--actual":
+        return main_actual(argv[1:])
     args = [a for a in argv if a != "--no-model"]
     if not args or any(a.startswith("-") for a in args):
         sys.stderr.write("usage: validate.py [--no-model] FILE_OR_DIR...\n")

@@ -29,6 +29,13 @@ typedef struct {
     int norm_layer;         /* -1: every input/post/final norm; else only layer N's input norm */
     int stale_conv_state;   /* 1: conv_state holds stale columns after a reset */
     int static_no_advance;  /* 1: static prefill does not advance the position */
+    int snapshot_noop;      /* 1: a snapshot saves nothing (restore only resets the position) */
+    int rollback_keeps_conv;/* 1: a rollback restores everything but the conv states */
+    int slot_off_by_one;    /* 1: sequence i > 0 uses slot i - 1 (built-in backends) */
+    int recurrent_bf16;     /* 1: the recurrent state is rounded to bf16 after every forward
+                               call (built-in backends; ollama/ollama#15865) */
+    int unguarded_exp;      /* 1: the reference's chunked DeltaNet computes its decay ratios as
+                               exp(gamma_r) * exp(-gamma_c) (pytorch/executorch#21417) */
 } qc_check_faults;
 
 typedef struct {

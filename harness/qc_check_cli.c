@@ -41,8 +41,9 @@ static const char check_usage[] =
     "                        isolate:plugin:PATH.so[,k=v...]  a plugin in a child process\n"
     "                        llamacpp[,k=v...]  the shipped llama.cpp adapter (ci/llamacpp)\n"
     "  --require CAPS        comma list (hidden, state_read, state_fill, threads, dn_kernel,\n"
-    "                        chunk_size, dynamic): a runtime lacking one FAILS (default: the\n"
-    "                        checks that need a missing capability are SKIPPED with the reason)\n"
+    "                        chunk_size, snapshot, sequences, trim, dynamic): a runtime\n"
+    "                        lacking one FAILS (default: the checks that need a missing\n"
+    "                        capability are SKIPPED with the reason)\n"
     "  --adapter-timeout S   seconds an exec adapter may take per request (default 60)\n"
     "  --mode static|dynamic|nokv|all      prefill strategies, comma-separated (default all)\n"
     "  --policy F.json       tolerance policy (default: tolerances.json beside the goldens,\n"
@@ -148,9 +149,20 @@ static qc_status parse_fault(const char *v, qc_check_faults *f, qc_err *err) {
         f->stale_conv_state = 1;
     } else if (!strcmp(v, "static-no-advance")) {
         f->static_no_advance = 1;
+    } else if (!strcmp(v, "snapshot-noop")) {
+        f->snapshot_noop = 1;
+    } else if (!strcmp(v, "rollback-keeps-conv")) {
+        f->rollback_keeps_conv = 1;
+    } else if (!strcmp(v, "slot-off-by-one")) {
+        f->slot_off_by_one = 1;
+    } else if (!strcmp(v, "recurrent-bf16")) {
+        f->recurrent_bf16 = 1;
+    } else if (!strcmp(v, "unguarded-exp")) {
+        f->unguarded_exp = 1;
     } else {
         return qc_errf(err, QC_ERR_ARG, "--inject-fault: unknown fault '%s' (norm-no-offset[:LAYER], "
-                       "stale-conv-state, static-no-advance)", v);
+                       "stale-conv-state, static-no-advance, snapshot-noop, rollback-keeps-conv, "
+                       "slot-off-by-one, recurrent-bf16, unguarded-exp)", v);
     }
     return QC_OK;
 }

@@ -308,7 +308,9 @@ qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
             snprintf(kl_line, sizeof kl_line, "\nKL bound exceeded: max %.3g > %.3g nats allowed",
                      m.kl_max, kl_bound);
         char h5[2048] = "";
-        if (s->vs_golden) {
+        if (s->vs_golden && s->advice) {
+            snprintf(h5, sizeof h5, "%s%s", s->advice[0] ? "\n" : "", s->advice);
+        } else if (s->vs_golden) {
             const qc_loc *w = m.worst.valid ? &m.worst : &m.first_mismatch;
             const char *path = w->valid ? w->desc.path : (pl->n ? pl->p[0].d.path : "");
             if (s->dump_file && s->dump_file[0])

@@ -273,6 +273,8 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
                         &where, (be->caps & QC_BE_CAP_STATE_READ) ? NULL : state_skip, dec_loc,
                         &dwhere);
     free(dec_loc);
+    ck_check_drift(c, be, bname, gc, mode);        /* long decodes only (qc_check_drift.c) */
+    ck_check_hazard(c, gc, act, bname, mname);     /* hazard cases only (qc_check_hazard.c) */
 
     if (be->caps & QC_BE_CAP_STATE_FILL) {
         ck_check_garbage_and_slots(c, be, gc, mode, act);
@@ -375,8 +377,14 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
         if (!be) continue;
         const char *bname = c->slot_name[bi];
         for (int mi = 0; mi < N_MODES; mi++)
-            if (mode_selected(c, gc->name, bname, (qc_mode)mi) && !ck_stop_now(c))
-                check_mode(c, bs, bi, gc, (qc_mode)mi, cr);
+            if (mode_selected(c, gc->name, bname, (qc_mode)mi) && !ck_stop_now(c)) {
+                if (mi == QC_MODE_NOKV && ck_drift_is_long(gc))
+                    ck_emit_simple(c, gc->name, bname, "nokv", "run", QC_VERDICT_SKIP,
+                                   "a long decode: nokv recomputes the whole sequence at every "
+                                   "decode step (quadratic); static and dynamic run it", NULL);
+                else
+                    check_mode(c, bs, bi, gc, (qc_mode)mi, cr);
+            }
         /* static == dynamic */
         if (cr->have[bi][QC_MODE_STATIC] && cr->have[bi][QC_MODE_DYNAMIC])
             compare_runs(c, gc, &cr->act[bi][QC_MODE_DYNAMIC], &cr->act[bi][QC_MODE_STATIC],
@@ -384,6 +392,7 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
                          "Dynamic-shape prefill (actual) vs static one-token-per-call prefill "
                          "(expected), same backend");
         if (cr->have[bi][QC_MODE_DYNAMIC]) check_dn_variants(c, be, bname, gc, cr, bi);
+        ck_check_lifecycle(c, be, bname, gc, cr->have[bi]); /* snapshot, rollback, sequences */
     }
     /* optimized == reference */
     for (int mi = 0; mi < N_MODES; mi++)

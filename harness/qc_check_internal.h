@@ -4,6 +4,7 @@
  *   qc_check_compare.c    rows, parts, one comparison -> one row, calibration measurements
  *   qc_check_localise.c   the checks against the golden and the localisation of a failure
  *   qc_check_invariants.c garbage_reset, unused_slots
+ *   qc_check_lifecycle*.c state lifecycle: snapshot / restore, rollback, prefix reuse, sequences
  *   qc_check_slots.c      the backends under test of one file, stems, dump files
  *   qc_check_faults.c     test-only fault wrappers (model copy, stale conv state)
  *   qc_check_engine.c     running cases and modes, per file, the engine entry (qc_check_run)
@@ -97,6 +98,8 @@ typedef struct {
     const char *loc_text;   /* localisation to append on failure (may be NULL) */
     const qc_localisation *loc; /* the same, structured, for the row (may be NULL) */
     const char *extra;      /* extra detail line (may be NULL) */
+    const char *advice;     /* vs_golden: replaces the h5diff / --dump-actual line (diff: ""
+                               for an ACTUAL not in the golden's shapes); NULL: the default */
 } cmp_spec;
 
 typedef struct {
@@ -164,6 +167,11 @@ int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap
 void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_case *gc,
                            const char *when, const char *backend, const char *mode, char *loc,
                            size_t loclen, qc_localisation *L);
+/* The same from prepared state parts pl (one layer's state tensor per part; diff builds them
+ * from an ACTUAL whose states may be partial). */
+void ck_state_localise_parts(ctx *c, partlist *pl, const qc_golden_case *gc, const char *when,
+                             const char *backend, const char *mode, char *loc, size_t loclen,
+                             qc_localisation *L);
 /* A localisation that names nothing yet (kind NONE, layer -1, step -1). */
 void ck_loc_init(qc_localisation *L);
 /* Every check of one run against the golden. state_skip: NULL, or why the actual run has no
@@ -214,6 +222,34 @@ void ck_emit_cap_skip(ctx *c, const char *case_name, const char *bname, const ch
                       const char *check, unsigned cap);
 /* The profile of a case in a mode (context for history + prompt + decode + extra). */
 void ck_case_profile(const qc_golden_case *gc, qc_mode mode, int extra, qc_profile *p);
+
+/* ---- qc_check_lifecycle*.c: snapshot / rollback / prefix reuse / sequences ---- */
+void ck_check_lifecycle(ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
+                        const int *have);
+
+/* ---- qc_check_drift.c: long_decode_drift ---- */
+/* Cases with at least this many decode steps are long decodes: long_decode_drift runs on them
+ * and their nokv mode (which recomputes the whole sequence at every step) is SKIPPED. */
+#define CK_DRIFT_MIN_STEPS 256
+int ck_drift_is_long(const qc_golden_case *gc);
+/* The long_decode_drift row of one (backend bname, mode): a no-op for a short case. */
+void ck_check_drift(ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
+                    qc_mode mode);
+
+/* ---- qc_check_hazard.c: hazard_finite ---- */
+/* On a case with the `hazards` attribute: one row, every value of the run act finite (no-op for
+ * other cases). */
+void ck_check_hazard(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+                     const char *bname, const char *mname);
+
+/* ---- qc_check_faults_state.c: the state-precision and chunked-exponent faults ---- */
+/* Wrap inner so that every forward call ends with the recurrent state rounded to bf16
+ * (round to nearest even; takes inner over). */
+qc_status ck_bf16_state_wrap(qc_backend *inner, qc_backend **out, qc_err *err);
+/* The faults of this file that f selects, applied to a built-in backend *be (replaced by its
+ * wrapper; on error *be is destroyed and NULL): recurrent_bf16 on both, unguarded_exp on the
+ * reference only (the optimized backend is left as it is). */
+qc_status ck_state_faults_apply(const qc_check_faults *f, qc_backend **be, qc_err *err);
 
 /* ---- qc_check_invariants.c ---- */
 /* garbage_reset and unused_slots of one (backend, mode), against the fresh run act. */

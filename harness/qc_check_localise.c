@@ -132,6 +132,18 @@ void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_ca
     int dec = !strcmp(when, "decode");
     ck_add_state_parts(pl, c->cfg, when, -1, dec ? &act->decode_state : &act->prefill_state,
                        dec ? &gc->decode_state : &gc->prefill_state);
+    ck_state_localise_parts(c, pl, gc, when, backend, mode, loc, loclen, L);
+    free(pl);
+}
+
+/* The interval of ck_state_localisation from prepared state parts (every part a state tensor
+ * of one layer; absent tensors simply have no part). States only show that a layer's own
+ * state is right or wrong, so the text never names a single divergent layer: the divergence
+ * began at or before the first layer with a failing state, after the last layer below it
+ * whose states pass. */
+void ck_state_localise_parts(ctx *c, partlist *pl, const qc_golden_case *gc, const char *when,
+                             const char *backend, const char *mode, char *loc, size_t loclen,
+                             qc_localisation *L) {
     char case_id[256];
     snprintf(case_id, sizeof case_id, "%s/%s", c->stem, gc->name);
     int best = -1;
@@ -151,7 +163,7 @@ void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_ca
     }
     size_t k = strlen(loc);
     if (best >= 0) {
-        /* the last layer below `best` that has a state and passes bounds the interval */
+        /* the last layer below `best` that has a state (every one of them passes) */
         int below = -1;
         for (int i = 0; i < pl->n; i++)
             if (pl->p[i].d.layer < best && pl->p[i].d.layer > below) below = pl->p[i].d.layer;
@@ -161,17 +173,21 @@ void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_ca
             L->layer_lo = below;
             snprintf(L->source, sizeof L->source, "state");
         }
+        /* the wording is matched by tests (test_faults.sh, test_exec_adapters.sh) */
+        char after[200], span[32];
+        if (best == below + 1) snprintf(span, sizeof span, "layer %d", best);
+        else snprintf(span, sizeof span, "layers %d-%d", below + 1, best);
         if (below >= 0)
-            snprintf(loc + k, loclen - k, "%sFirst layer whose state diverges after %s: layer %d "
-                     "(%s, %s); the divergence began at or before layer %d, after layer %d "
-                     "whose state passes", k ? "\n" : "", when, best,
-                     ck_layer_kind(c->cfg, best), what, best, below);
+            snprintf(after, sizeof after, ", after layer %d whose state passes (in layer %d "
+                     "after its state update, or in %s; states cannot pin it further)", below,
+                     below, span);
         else
-            snprintf(loc + k, loclen - k, "%sFirst layer whose state diverges after %s: layer %d "
-                     "(%s, %s); the divergence began at or before layer %d", k ? "\n" : "", when,
-                     best, ck_layer_kind(c->cfg, best), what, best);
+            snprintf(after, sizeof after, " (the embeddings included; states cannot pin it "
+                     "further)");
+        snprintf(loc + k, loclen - k, "%sFirst layer whose state diverges after %s: layer %d "
+                 "(%s, %s); the divergence began at or before layer %d%s", k ? "\n" : "", when,
+                 best, ck_layer_kind(c->cfg, best), what, best, after);
     }
-    free(pl);
 }
 
 int ck_first_bad_logits_row(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,

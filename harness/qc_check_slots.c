@@ -106,6 +106,7 @@ void ck_create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const q
     qc_status s = qc_registry_create(rs, model_dir, m, &bo, &bs->be[bi], &err);
     if (s == QC_OK && bi != QC_CK_EXT && c->o->faults.stale_conv_state)
         s = ck_stale_wrap(bs->be[bi], &bs->be[bi], &err);
+    if (s == QC_OK && bi != QC_CK_EXT) s = ck_state_faults_apply(&c->o->faults, &bs->be[bi], &err);
     if (s != QC_OK) {
         bs->be[bi] = NULL;
         if (c->o->backends & (1 << bi))
@@ -127,6 +128,9 @@ void ck_create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const q
         else if (!bs->alt[bi])
             ck_emit_simple(c, "_model", bname, "-", "create_threads", ck_failed_run_verdict(err.code),
                            err.msg, NULL);
+        if (bs->alt[bi] && bi != QC_CK_EXT &&
+            ck_state_faults_apply(&c->o->faults, &bs->alt[bi], &err) != QC_OK)
+            bs->alt[bi] = NULL;
         if (bi == QC_CK_OPT && bs->alt[bi] && bs->alt[bi]->describe &&
             bs->alt[bi]->opts.n_threads > 1)
             snprintf(c->res->isa, sizeof c->res->isa, "%s", bs->alt[bi]->describe(bs->alt[bi]));

@@ -23,5 +23,6 @@ int qc_cmd_calibrate(int argc, char **argv); /* qwen-conform calibrate --golden 
 int qc_cmd_policy(int argc, char **argv);    /* qwen-conform policy --print [--policy F] */
 int qc_cmd_bench(int argc, char **argv);     /* qwen-conform bench --synthetic 0.8b ... */
 int qc_cmd_adapter_serve(int argc, char **argv); /* qwen-conform adapter-serve PLUGIN.so[,k=v] */
+int qc_cmd_drift_svg(int argc, char **argv);  /* qwen-conform drift-svg REPORT.json --out F.svg */
 
 #endif /* QC_CLI_H */

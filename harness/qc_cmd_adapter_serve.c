@@ -9,6 +9,7 @@
  *               config.json is also read here (qc_config_load) for the layer kinds and state
  *               dims that get_state needs (the ABI does not tell them)
  *   reset, fill_state, set_option   the plugin call
+ *   snapshot, restore, select_sequence, trim   the plugin call (state lifecycle)
  *   forward     logits [n, V] ([1, V] when all_logits is false), + hidden [L+1, n, H] when
  *               "hidden" is true (get_hidden 0..L)
  *   get_state   every layer in order: layer_NN/k_cache, layer_NN/v_cache [n_kv, n_pos, hd]
@@ -162,7 +163,9 @@ static int serve(as_server *s) {
         } else if (!strcmp(op, "open")) {
             rc = as_op_open(s, req, &f);
         } else if (strcmp(op, "reset") && strcmp(op, "forward") && strcmp(op, "get_state") &&
-                   strcmp(op, "fill_state") && strcmp(op, "set_option")) {
+                   strcmp(op, "fill_state") && strcmp(op, "set_option") &&
+                   strcmp(op, "snapshot") && strcmp(op, "restore") &&
+                   strcmp(op, "select_sequence") && strcmp(op, "trim")) {
             rc = as_failf(&f, 0, "unknown op '%.100s'", op);
         } else if (!s->opened) {
             rc = as_failf(&f, 0, "%s before open", op);
@@ -174,6 +177,8 @@ static int serve(as_server *s) {
             rc = as_op_get_state(s, req, &f);
         } else if (!strcmp(op, "fill_state")) {
             rc = as_op_fill_state(s, req, &f);
+        } else if (strcmp(op, "set_option")) {
+            rc = as_op_lifecycle(s, op, req, &f);
         } else {
             rc = as_op_set_option(s, req, &f);
         }

@@ -97,5 +97,7 @@ int as_op_forward(as_server *s, const cJSON *req, as_fail *f);
 int as_op_get_state(as_server *s, const cJSON *req, as_fail *f);
 int as_op_fill_state(as_server *s, const cJSON *req, as_fail *f);
 int as_op_set_option(as_server *s, const cJSON *req, as_fail *f);
+/* snapshot {slot}, restore {slot}, select_sequence {seq}, trim {n_pos}. */
+int as_op_lifecycle(as_server *s, const char *op, const cJSON *req, as_fail *f);
 
 #endif /* QC_CMD_ADAPTER_SERVE_INTERNAL_H */

@@ -57,6 +57,8 @@ static const struct {
     {QC_CAP_HIDDEN, "hidden"},       {QC_CAP_STATE_READ, "state_read"},
     {QC_CAP_STATE_FILL, "state_fill"}, {QC_CAP_THREADS, "threads"},
     {QC_CAP_DN_KERNEL, "dn_kernel"}, {QC_CAP_CHUNK_SIZE, "chunk_size"},
+    {QC_CAP_SNAPSHOT, "snapshot"},   {QC_CAP_SEQUENCES, "sequences"},
+    {QC_CAP_TRIM, "trim"},
 };
 
 /* A plugin call returned rc != OK: the plugin's last_error (after "what: " when what is not
@@ -124,6 +126,10 @@ int as_op_open(as_server *s, const cJSON *req, as_fail *f) {
     if (!a->get_state) caps &= ~QC_CAP_STATE_READ;
     if (!a->fill_state) caps &= ~QC_CAP_STATE_FILL;
     if (!a->set_option) caps &= ~(QC_CAP_THREADS | QC_CAP_DN_KERNEL | QC_CAP_CHUNK_SIZE);
+    int lifecycle = a->struct_size >= QC_PLUGIN_LIFECYCLE_SIZE; /* the entries exist */
+    if (!lifecycle || !a->snapshot || !a->restore) caps &= ~QC_CAP_SNAPSHOT;
+    if (!lifecycle || !a->select_sequence) caps &= ~QC_CAP_SEQUENCES;
+    if (!lifecycle || !a->trim) caps &= ~QC_CAP_TRIM;
     s->caps = caps;
 
     cJSON *info = cJSON_CreateObject();
@@ -339,6 +345,28 @@ int as_op_fill_state(as_server *s, const cJSON *req, as_fail *f) {
         return as_failf(f, 0, "fill_state: value must be a number or \"nan\", \"inf\", \"-inf\"");
     }
     int rc = s->api->fill_state(s->h, (float)x);
+    if (rc != QC_PLUGIN_OK) return plugin_fail(s, f, rc, NULL);
+    return as_send_ok(s, NULL, NULL, 0);
+}
+
+int as_op_lifecycle(as_server *s, const char *op, const cJSON *req, as_fail *f) {
+    static const struct {
+        const char *op, *key;
+        unsigned bit;
+    } ops[] = {{"snapshot", "slot", QC_CAP_SNAPSHOT}, {"restore", "slot", QC_CAP_SNAPSHOT},
+               {"select_sequence", "seq", QC_CAP_SEQUENCES}, {"trim", "n_pos", QC_CAP_TRIM}};
+    size_t i = 0;
+    while (i < sizeof ops / sizeof ops[0] && strcmp(ops[i].op, op)) i++;
+    if (i == sizeof ops / sizeof ops[0]) return as_failf(f, 0, "unknown op '%.100s'", op);
+    if (!(s->caps & ops[i].bit))
+        return as_failf(f, 1, "%s: the plugin has no %s entry", op, op);
+    long long v;
+    if (!json_int(cJSON_GetObjectItemCaseSensitive(req, ops[i].key), 0, INT32_MAX, &v))
+        return as_failf(f, 0, "%s: %s must be an integer in [0, 2^31 - 1]", op, ops[i].key);
+    const qc_runtime_plugin *a = s->api;
+    int (*fn)(void *, int32_t) = i == 0 ? a->snapshot : i == 1 ? a->restore
+                                 : i == 2 ? a->select_sequence : a->trim;
+    int rc = fn(s->h, (int32_t)v);
     if (rc != QC_PLUGIN_OK) return plugin_fail(s, f, rc, NULL);
     return as_send_ok(s, NULL, NULL, 0);
 }

@@ -1,90 +1,188 @@
-/* qc_cmd_diff.c — qwen-conform diff GOLDEN.h5 ACTUAL.h5: another runtime's output in the
- * golden layout checked against the golden. */
+/* qc_cmd_diff.c — qwen-conform diff GOLDEN ACTUAL: another runtime's outputs (an ACTUAL file,
+ * golden/SCHEMA.md "Required and optional") checked against the golden; two files, or two
+ * directories whose files are paired by relative path, into one report (console, JSON, JUnit). */
 /* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_cli.h"
+#include "qc_diff_internal.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
-#include <limits.h>
-#include <signal.h>
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "qc_cli.h"
-#include "qc/qc_memplan.h"
 #include "qc_cli_common.h"
-#include "qc_remote.h"
+#include "qc_outpath.h"
 #include "qc_report_console.h"
-#include "qc_report_json.h"
-#include "qc_report_junit.h"
 
-#include <cjson/cJSON.h>
 /* ===================================================================================== */
-/* command line: qwen-conform diff GOLDEN.h5 ACTUAL.h5                                   */
+/* usage                                                                                 */
 /* ===================================================================================== */
-
-/* The checks of one case whose actual results come from a file (another runtime's output
- * in the golden layout) instead of one of our backends. */
-static void diff_case(ctx *c, const char *label, const qc_golden_case *gc,
-                      const qc_golden_case *act) {
-    const qc_config *cfg = c->cfg;
-    const int L = cfg->n_layers, T = gc->n_tokens, H = cfg->hidden_size;
-    /* the actual run must have been fed exactly the golden's inputs */
-    int same = act->start_pos == gc->start_pos && act->n_tokens == T &&
-               act->n_history == gc->n_history && act->n_decode == gc->n_decode &&
-               !memcmp(act->tokens, gc->tokens, (size_t)T * sizeof(int32_t)) &&
-               (gc->n_history == 0 ||
-                !memcmp(act->history, gc->history, (size_t)gc->n_history * sizeof(int32_t))) &&
-               (gc->n_decode == 0 || !memcmp(act->decode_tokens, gc->decode_tokens,
-                                             (size_t)gc->n_decode * sizeof(int32_t)));
-    if (!same) {
-        ck_emit_simple(c, gc->name, label, "file", "inputs", QC_VERDICT_ERROR,
-                    "the actual case was not run on the golden's inputs (start_pos, history, "
-                    "tokens and teacher-forced decode tokens must be identical)", NULL);
-        return;
-    }
-    char loc[4096] = "";
-    cmp_spec base = {.case_name = gc->name, .backend = label, .mode = "file", .vs_golden = 1};
-    int hidden = gc->prefill_hidden && act->prefill_hidden;
-    int localised = 0;
-    qc_localisation where;
-    ck_loc_init(&where);
-    unsigned char *seen = NULL;
-    if (hidden && (seen = malloc((size_t)(L + 1) * T)) != NULL) {
-        memset(seen, 1, (size_t)(L + 1) * T);
-        hcap hc = {.hidden = act->prefill_hidden, .seen = seen, .L1 = L + 1, .T = T, .H = H,
-                   .lo = gc->start_pos};
-        localised = ck_check_hidden(c, &base, gc, &hc, loc, sizeof loc, &where);
-        free(seen);
-    } else if (gc->prefill_hidden) {
-        ck_emit_simple(c, gc->name, label, "file", "prefill.hidden", QC_VERDICT_SKIP,
-                    "the actual file has no prefill/hidden", NULL);
-    }
-    if (!localised)
-        ck_state_localisation(c, act, gc, "prefill", label, "file", loc, sizeof loc, &where);
-    ck_vs_golden_checks(c, gc, act, label, "file", "", loc[0] ? loc : NULL, &where, NULL, NULL,
-                        NULL);
-}
 
 static const char diff_usage[] =
     "usage: qwen-conform diff GOLDEN.h5 ACTUAL.h5 [options]\n"
-    "  Compares ACTUAL.h5 — any runtime's output written in the golden layout (golden/SCHEMA.md;\n"
-    "  e.g. by `qwen-conform record`, or by your own runtime) — with GOLDEN.h5, case by case:\n"
-    "  logits, argmax, hidden states (first divergent layer), state buffers, decode logits.\n"
-    "  --policy F.json   tolerance policy (default: tolerances.json beside GOLDEN.h5 or its\n"
-    "                    parent directory, else built-in)\n"
+    "       qwen-conform diff GOLDEN_DIR ACTUAL_DIR [options]\n"
+    "  Compares an ACTUAL file — any runtime's outputs for the golden's cases (golden/SCHEMA.md\n"
+    "  \"Required and optional\": only /schema_version and each case's prefill/logits are\n"
+    "  required) — with the golden, case by case: logits (on the positions the ACTUAL has), argmax, hidden\n"
+    "  states (first divergent layer), state buffers, decode logits. Absent optional tensors are\n"
+    "  SKIPPED with the reason; a NaN / Inf is a failure; every golden case must be in the ACTUAL.\n"
+    "  Directories: every golden *.h5 under GOLDEN_DIR is paired with ACTUAL_DIR/<same relative\n"
+    "  path>; one report.\n"
+    "  --cases REGEX     check only the golden cases whose name matches (POSIX extended); the\n"
+    "                    others may be absent from the ACTUAL\n"
+    "  --layout auto|canonical|hf   the ACTUAL's shapes (default auto: decided per dataset from\n"
+    "                    its shape and said in the report's layout row)\n"
+    "  --policy F.json   tolerance policy (default: tolerances.json beside GOLDEN or its parent\n"
+    "                    directory, else built-in)\n"
     "  --label NAME      the name of the runtime in reports (default \"actual\")\n"
     "  --json F  --junit F  --quiet  --atol / --rtol CLASS=V  --durations N   as for check\n"
-    "  Cases are matched by name; a golden case absent from ACTUAL.h5 is reported as skipped.\n"
-    "exit: 0 all passed, 1 a conformance failure, 2 usage / I/O / format error (incl. a case\n"
-    "      run on other inputs than the golden's), 3 no case in common\n";
+    "exit: 0 all passed, 1 a conformance failure (incl. a NaN / Inf, a missing golden case, a\n"
+    "      different model's hashes), 2 usage / I/O / format error (incl. a case run on other\n"
+    "      inputs, an ACTUAL case with no golden counterpart), 3 nothing compared\n";
+
+/* ===================================================================================== */
+/* directories                                                                           */
+/* ===================================================================================== */
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* path relative to root (root a directory prefix of path). */
+static const char *rel_of(const char *path, const char *root) {
+    size_t n = strlen(root);
+    if (strncmp(path, root, n)) return path;
+    path += n;
+    while (*path == '/') path++;
+    return path;
+}
+
+/* Every golden under gdir paired with adir/<relative path>; ACTUAL files with no golden and
+ * golden files with no ACTUAL are reported (ERROR / FAIL rows). */
+static void diff_dirs(ctx *c, diff_opts *d, const char *gdir, const char *adir) {
+    char **gp = NULL, **ap = NULL;
+    int ng = 0, na = 0;
+    qc_err err;
+    qc_err_clear(&err);
+    c->stem = "_dir";
+    if (qc_golden_find(gdir, &gp, &ng, &err) || qc_golden_find(adir, &ap, &na, &err)) {
+        ck_emit_simple(c, "_dir", d->label, "file", "read", QC_VERDICT_ERROR, err.msg, NULL);
+        goto out;
+    }
+    for (int i = 0; i < ng; i++) {
+        const char *rel = rel_of(gp[i], gdir);
+        char apath[4096], stem[128];
+        snprintf(apath, sizeof apath, "%s/%s", adir, rel);
+        ck_make_stem(gp[i], gdir, stem, sizeof stem);
+        struct stat sb;
+        if (stat(apath, &sb) != 0) {
+            c->stem = stem;
+            char key[320];
+            snprintf(key, sizeof key, "no ACTUAL file for this golden: %s does not exist", apath);
+            ck_emit_simple(c, "_file", d->label, "file", "coverage", QC_VERDICT_FAIL, key,
+                           qc_strdup_printf("%s (golden %s; files are paired by their path "
+                                            "relative to the two directories)", key, gp[i]));
+            continue;
+        }
+        qd_file(c, d, gp[i], apath, stem);
+    }
+    char names[1200] = "";
+    size_t o = 0;
+    int extra = 0;
+    for (int j = 0; j < na; j++) {
+        const char *rel = rel_of(ap[j], adir);
+        int found = 0;
+        for (int i = 0; i < ng && !found; i++) found = !strcmp(rel, rel_of(gp[i], gdir));
+        if (found) continue;
+        extra++;
+        if (o < sizeof names)
+            o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "", ap[j]);
+    }
+    if (extra) {
+        char key[320];
+        c->stem = "_dir";
+        snprintf(key, sizeof key, "%d ACTUAL file%s with no golden at the same relative path "
+                 "under %s: %s", extra, extra == 1 ? "" : "s", gdir, names);
+        ck_emit_simple(c, "_dir", d->label, "file", "coverage", QC_VERDICT_ERROR, key, NULL);
+    }
+out:
+    qc_golden_paths_free(gp, ng);
+    qc_golden_paths_free(ap, na);
+}
+
+/* ===================================================================================== */
+/* command line                                                                          */
+/* ===================================================================================== */
+
+typedef struct {
+    const char *files[2];
+    int nfiles;
+    const char *layout;
+    const char *cases;
+} diff_args;
+
+/* Options into o / x / d / da; -1 to go on, else the exit code. */
+static int diff_parse(int argc, char **argv, const char *prog, qc_check_opts *o, check_cli *x,
+                      diff_opts *d, diff_args *da) {
+    qc_err err;
+    qc_err_clear(&err);
+    qc_argp a;
+    qc_argp_init(&a, prog, argc, argv);
+    qc_status st = QC_OK;
+    while (!st && qc_argp_next(&a)) {
+        if (a.positional) {
+            if (da->nfiles < 2) da->files[da->nfiles++] = a.arg;
+            else st = qc_argp_unknown(&a, &err);
+        } else if (qc_argp_is(&a, "--help") || qc_argp_is(&a, "-h")) {
+            fputs(diff_usage, stdout);
+            fputs(qc_outpath_help, stdout);
+            return QC_EXIT_PASS;
+        } else if (qc_argp_is(&a, "--policy")) st = qc_argp_value(&a, &o->policy_path, &err);
+        else if (qc_argp_is(&a, "--label")) st = qc_argp_value(&a, &d->label, &err);
+        else if (qc_argp_is(&a, "--json")) st = qc_argp_value(&a, &o->json_path, &err);
+        else if (qc_argp_is(&a, "--junit")) st = qc_argp_value(&a, &o->junit_path, &err);
+        else if (qc_argp_is(&a, "--layout")) st = qc_argp_value(&a, &da->layout, &err);
+        else if (qc_argp_is(&a, "--cases")) st = qc_argp_value(&a, &da->cases, &err);
+        else if (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol")) {
+            const char *v = NULL;
+            if (!(st = qc_argp_value(&a, &v, &err))) st = ckcli_parse_tol_flag(a.flag, v, x, &err);
+        } else if (qc_argp_is(&a, "--durations")) {
+            st = qc_argp_int(&a, 0, 1 << 30, &x->durations, &err);
+        } else if (qc_argp_is(&a, "--quiet") || qc_argp_is(&a, "-q")) {
+            st = qc_argp_bool(&a, &err);
+            o->quiet = 1;
+        } else st = qc_argp_unknown(&a, &err);
+    }
+    if (!st && da->nfiles != 2)
+        st = qc_errf(&err, QC_ERR_ARG, "expected two files (GOLDEN.h5 ACTUAL.h5) or two "
+                     "directories (GOLDEN_DIR ACTUAL_DIR)");
+    if (!st && da->layout && qc_layout_parse(da->layout, &d->layout))
+        st = qc_errf(&err, QC_ERR_ARG, "--layout %s: not auto, canonical or hf", da->layout);
+    if (!st && da->cases) {
+        int rc = regcomp(&d->cases, da->cases, REG_EXTENDED | REG_NOSUB);
+        if (rc) {
+            char eb[200];
+            regerror(rc, &d->cases, eb, sizeof eb);
+            st = qc_errf(&err, QC_ERR_ARG, "--cases %s: not a regular expression: %s", da->cases,
+                         eb);
+        } else {
+            d->has_cases = 1;
+        }
+    }
+    if (!st && is_dir(da->files[0]) != is_dir(da->files[1]))
+        st = qc_errf(&err, QC_ERR_ARG, "%s and %s: give two files or two directories",
+                     da->files[0], da->files[1]);
+    if (st) {
+        int rc = qc_cli_fail(prog, &err);
+        fputs(diff_usage, stderr);
+        return rc;
+    }
+    return -1;
+}
 
 int qc_cmd_diff(int argc, char **argv) {
     const char *prog = "qwen-conform diff";
@@ -92,71 +190,37 @@ int qc_cmd_diff(int argc, char **argv) {
     qc_err_clear(&err);
     qc_check_opts o;
     ckcli_opts_init(&o);
-    const char *files[2] = {NULL, NULL}, *label = "actual";
-    int nfiles = 0;
     check_cli x;
     ckcli_check_cli_init(&x);
-    qc_argp a;
-    qc_argp_init(&a, prog, argc, argv);
-    qc_status st = QC_OK;
-    while (!st && qc_argp_next(&a)) {
-        if (a.positional) {
-            if (nfiles < 2) files[nfiles++] = a.arg;
-            else st = qc_argp_unknown(&a, &err);
-        } else if (qc_argp_is(&a, "--help") || qc_argp_is(&a, "-h")) {
-            fputs(diff_usage, stdout);
-            fputs(qc_outpath_help, stdout);
-            return QC_EXIT_PASS;
-        } else if (qc_argp_is(&a, "--policy")) st = qc_argp_value(&a, &o.policy_path, &err);
-        else if (qc_argp_is(&a, "--label")) st = qc_argp_value(&a, &label, &err);
-        else if (qc_argp_is(&a, "--json")) st = qc_argp_value(&a, &o.json_path, &err);
-        else if (qc_argp_is(&a, "--junit")) st = qc_argp_value(&a, &o.junit_path, &err);
-        else if (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol")) {
-            const char *v = NULL;
-            if (!(st = qc_argp_value(&a, &v, &err))) st = ckcli_parse_tol_flag(a.flag, v, &x, &err);
-        } else if (qc_argp_is(&a, "--durations")) {
-            st = qc_argp_int(&a, 0, 1 << 30, &x.durations, &err);
-        } else if (qc_argp_is(&a, "--quiet") || qc_argp_is(&a, "-q")) {
-            st = qc_argp_bool(&a, &err);
-            o.quiet = 1;
-        } else st = qc_argp_unknown(&a, &err);
-    }
-    if (!st && nfiles != 2)
-        st = qc_errf(&err, QC_ERR_ARG, "expected two files: GOLDEN.h5 ACTUAL.h5");
-    if (st) {
-        int rc = qc_cli_fail(prog, &err);
-        fputs(diff_usage, stderr);
+    diff_opts d;
+    memset(&d, 0, sizeof d);
+    d.label = "actual";
+    diff_args da = {{NULL, NULL}, 0, NULL, NULL};
+    int rc = diff_parse(argc, argv, prog, &o, &x, &d, &da);
+    if (rc >= 0) {
+        if (d.has_cases) regfree(&d.cases);
         return rc;
     }
-    o.golden = files[0];
+    o.golden = da.files[0];
     qc_policy *pol = NULL;
     if (ckcli_load_policy(&o, &pol, &err) || ckcli_apply_tol_flags(&x, pol, &err)) {
-        qc_policy_free(pol);
-        return qc_cli_fail(prog, &err);
+        rc = qc_cli_fail(prog, &err);
+        goto out;
     }
-    /* before any work: every output valid, none an input (the two files, the policy) or
-     * another output (qc_outpath) */
+    /* before any work: every output valid, none an input or another output (qc_outpath) */
     qc_outpath_reset();
-    qc_outpath_add_input(files[0], "GOLDEN.h5");
-    qc_outpath_add_input(files[1], "ACTUAL.h5");
+    if (!is_dir(da.files[0])) {
+        qc_outpath_add_input(da.files[0], "GOLDEN.h5");
+        qc_outpath_add_input(da.files[1], "ACTUAL.h5");
+    } else {
+        qc_outpath_add_goldens(da.files[0], 0);
+        qc_outpath_add_goldens(da.files[1], 0);
+    }
     if (strcmp(qc_policy_source(pol), "built-in") != 0)
         qc_outpath_add_input(qc_policy_source(pol), o.policy_path ? "--policy" : "policy");
     qc_outpath_add_output(o.json_path, "--json", QC_OUT_TEXT);
     qc_outpath_add_output(o.junit_path, "--junit", QC_OUT_TEXT);
     if (qc_outpath_verify(&err)) {
-        qc_policy_free(pol);
-        return qc_cli_fail(prog, &err);
-    }
-    qc_golden *g = NULL, *act = NULL;
-    if (qc_golden_open(files[0], &g, &err) || qc_golden_open(files[1], &act, &err)) {
-        qc_golden_free(g);
-        qc_policy_free(pol);
-        return qc_cli_fail(prog, &err);
-    }
-    int rc = QC_EXIT_PASS;
-    if (!ck_cfg_same(&g->cfg, &act->cfg)) {
-        qc_errf(&err, QC_ERR_FORMAT, "%s: config_json differs from %s's: not the same model",
-                files[1], files[0]);
         rc = qc_cli_fail(prog, &err);
         goto out;
     }
@@ -165,46 +229,33 @@ int qc_cmd_diff(int argc, char **argv) {
     qc_results_fill_provenance(&res);
     snprintf(res.tool_version, sizeof res.tool_version, "%s (%s)", QC_VERSION, QC_GIT_COMMIT);
     snprintf(res.policy, sizeof res.policy, "%s", qc_policy_describe(pol));
-    ckcli_policy_scope_warnings(pol, files[0], &res);
+    ckcli_policy_scope_warnings(pol, da.files[0], &res);
     qc_report_console_warnings(stderr, &res, "qwen-conform");
     ctx c;
     memset(&c, 0, sizeof c);
     c.o = &o;
     c.pol = pol;
     c.res = &res;
-    c.g = g;
-    c.cfg = &g->cfg;
-    char stem[128];
-    ck_make_stem(files[0], files[0], stem, sizeof stem);
-    c.stem = stem;
     double t0 = ck_wall();
     if (!o.quiet) fprintf(stderr, "qwen-conform %s: policy %s\n", res.tool_version, res.policy);
     qc_report_console_header(stdout);
-    int common = 0;
-    for (int i = 0; i < g->n_cases; i++) {
-        const qc_golden_case *gc = &g->cases[i], *ac = NULL;
-        for (int j = 0; j < act->n_cases && !ac; j++)
-            if (!strcmp(act->cases[j].name, gc->name)) ac = &act->cases[j];
-        c.t_row = ck_wall();
-        if (!ac) { /* reported (a skipped row per case), so missing coverage stays visible */
-            ck_emit_simple(&c, gc->name, label, "file", "present", QC_VERDICT_SKIP,
-                        "the case is not in the actual file", NULL);
-            continue;
-        }
-        common++;
-        diff_case(&c, label, gc, ac);
+    if (is_dir(da.files[0])) {
+        diff_dirs(&c, &d, da.files[0], da.files[1]);
+    } else {
+        char stem[128];
+        ck_make_stem(da.files[0], da.files[0], stem, sizeof stem);
+        qd_file(&c, &d, da.files[0], da.files[1], stem);
     }
     res.seconds = ck_wall() - t0;
-    /* no case in common is "nothing checked" even when skipped rows passed */
-    res.exit_code = common == 0 ? QC_EXIT_NOTHING : -1;
+    /* no case compared is "nothing checked", whatever file-level rows passed */
+    res.exit_code = d.compared == 0 ? QC_EXIT_NOTHING : -1;
     qc_report_console_failures(stdout, &res);
     if (x.durations >= 0) qc_report_console_durations(stdout, &res, x.durations);
     qc_report_console_summary(stdout, &res);
     rc = ckcli_write_reports(prog, &o, &res, qc_results_exit_code(&res));
     qc_results_free(&res);
 out:
-    qc_golden_free(act);
-    qc_golden_free(g);
+    if (d.has_cases) regfree(&d.cases);
     qc_policy_free(pol);
     return rc;
 }

@@ -301,6 +301,36 @@ static int x_set_option(void *h, const char *key, const char *value) {
     return QC_PLUGIN_OK;
 }
 
+/* The state lifecycle requests: {"op": OP, KEY: v}, answered "ok" (no tensors). */
+static int x_int_request(void *h, const char *op, const char *key, int32_t v, uint32_t bit,
+                         const char *capname) {
+    qc_exec *x = h;
+    if (!x) return QC_PLUGIN_ERROR;
+    if (!(x->info.caps & bit))
+        return ex_local_err(x, QC_PLUGIN_UNSUPPORTED, op, "the adapter did not announce the '%s' "
+                            "capability", capname);
+    if (x->dead) return ex_not_running(x, op);
+    x->state_npos = -1;
+    cJSON *req = ex_op_object(op);
+    if (req && !cJSON_AddNumberToObject(req, key, (double)v)) {
+        cJSON_Delete(req);
+        req = NULL;
+    }
+    return ex_simple_request(x, op, req);
+}
+static int x_snapshot(void *h, int32_t slot) {
+    return x_int_request(h, "snapshot", "slot", slot, QC_CAP_SNAPSHOT, "snapshot");
+}
+static int x_restore(void *h, int32_t slot) {
+    return x_int_request(h, "restore", "slot", slot, QC_CAP_SNAPSHOT, "snapshot");
+}
+static int x_select_sequence(void *h, int32_t seq) {
+    return x_int_request(h, "select_sequence", "seq", seq, QC_CAP_SEQUENCES, "sequences");
+}
+static int x_trim(void *h, int32_t n_pos) {
+    return x_int_request(h, "trim", "n_pos", n_pos, QC_CAP_TRIM, "trim");
+}
+
 static const qc_runtime_plugin exec_api = {
     .abi_version = QC_PLUGIN_ABI_VERSION,
     .struct_size = sizeof(qc_runtime_plugin),
@@ -313,6 +343,10 @@ static const qc_runtime_plugin exec_api = {
     .get_state = x_get_state,
     .fill_state = x_fill_state,
     .set_option = x_set_option,
+    .snapshot = x_snapshot,
+    .restore = x_restore,
+    .select_sequence = x_select_sequence,
+    .trim = x_trim,
 };
 
 /* ===================================================================================== */

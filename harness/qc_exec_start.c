@@ -25,6 +25,8 @@ static const struct {
     {"hidden", QC_CAP_HIDDEN},       {"state_read", QC_CAP_STATE_READ},
     {"state_fill", QC_CAP_STATE_FILL}, {"threads", QC_CAP_THREADS},
     {"dn_kernel", QC_CAP_DN_KERNEL}, {"chunk_size", QC_CAP_CHUNK_SIZE},
+    {"snapshot", QC_CAP_SNAPSHOT},   {"sequences", QC_CAP_SEQUENCES},
+    {"trim", QC_CAP_TRIM},
 };
 
 /* obj[key] as an int32 in [lo, INT32_MAX]; absent -> def (or an error when def < lo). */

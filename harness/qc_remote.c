@@ -24,7 +24,8 @@ static const struct {
     {QC_CAP_HIDDEN, "hidden"},         {QC_CAP_STATE_READ, "state_read"},
     {QC_CAP_STATE_FILL, "state_fill"}, {QC_CAP_THREADS, "threads"},
     {QC_CAP_DN_KERNEL, "dn_kernel"},   {QC_CAP_CHUNK_SIZE, "chunk_size"},
-    {QC_REMOTE_CAP_DYNAMIC, "dynamic"},
+    {QC_CAP_SNAPSHOT, "snapshot"},     {QC_CAP_SEQUENCES, "sequences"},
+    {QC_CAP_TRIM, "trim"},             {QC_REMOTE_CAP_DYNAMIC, "dynamic"},
 };
 #define N_CAP_NAMES (sizeof cap_names / sizeof cap_names[0])
 
@@ -53,7 +54,8 @@ qc_status qc_cap_parse(const char *list, unsigned *bits, qc_err *err) {
         while (i < N_CAP_NAMES && strcmp(cap_names[i].name, t)) i++;
         if (i == N_CAP_NAMES)
             return qc_errf(err, QC_ERR_ARG, "--require: unknown capability '%s' (hidden, "
-                           "state_read, state_fill, threads, dn_kernel, chunk_size, dynamic)", t);
+                           "state_read, state_fill, threads, dn_kernel, chunk_size, snapshot, "
+                           "sequences, trim, dynamic)", t);
         *bits |= cap_names[i].bit;
     }
     return QC_OK;
@@ -219,6 +221,34 @@ static qc_status rm_sync(qc_backend *be, qc_state *st, int n_pos, qc_err *err) {
     return QC_OK;
 }
 
+/* The lifecycle entries (snapshot, restore, select_sequence, trim): one int argument each. */
+static qc_status rm_int_call(qc_backend *be, int (*fn)(void *, int32_t), const char *what, int v,
+                             qc_err *err) {
+    remote *R = be->impl;
+    int rc = fn(R->h, (int32_t)v);
+    if (rc == QC_PLUGIN_OK) return QC_OK;
+    char w[96];
+    snprintf(w, sizeof w, "%s(%d)", what, v);
+    if (rc == QC_PLUGIN_UNSUPPORTED) {
+        const char *le = R->api->last_error(R->h);
+        return qc_errf(err, QC_ERR_UNSUPPORTED, "%s: %s unsupported: %s", R->name, w,
+                       le ? le : "");
+    }
+    return rt_fail(R, err, w);
+}
+static qc_status rm_snapshot(qc_backend *be, int slot, qc_err *err) {
+    return rm_int_call(be, ((remote *)be->impl)->api->snapshot, "snapshot", slot, err);
+}
+static qc_status rm_restore(qc_backend *be, int slot, qc_err *err) {
+    return rm_int_call(be, ((remote *)be->impl)->api->restore, "restore", slot, err);
+}
+static qc_status rm_select(qc_backend *be, int seq, qc_err *err) {
+    return rm_int_call(be, ((remote *)be->impl)->api->select_sequence, "select_sequence", seq, err);
+}
+static qc_status rm_trim(qc_backend *be, int n_pos, qc_err *err) {
+    return rm_int_call(be, ((remote *)be->impl)->api->trim, "trim", n_pos, err);
+}
+
 static void rm_destroy(qc_backend *be) {
     remote *R = be->impl;
     if (R) {
@@ -298,6 +328,12 @@ qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *ap
     if (!api->get_state) caps &= ~QC_CAP_STATE_READ;
     if (!api->fill_state) caps &= ~QC_CAP_STATE_FILL;
     if (!api->set_option) caps &= ~(QC_CAP_THREADS | QC_CAP_DN_KERNEL | QC_CAP_CHUNK_SIZE);
+    /* the lifecycle entries exist only when struct_size covers them */
+    if (api->struct_size >= QC_PLUGIN_LIFECYCLE_SIZE) {
+        if (api->snapshot && api->restore) caps |= info->caps & QC_CAP_SNAPSHOT;
+        if (api->select_sequence) caps |= info->caps & QC_CAP_SEQUENCES;
+        if (api->trim) caps |= info->caps & QC_CAP_TRIM;
+    }
     be->caps = caps; /* QC_CAP_* == QC_BE_CAP_* bit for bit */
     be->max_tokens_per_call = info->max_tokens_per_call > 0 ? info->max_tokens_per_call : 0;
     be->max_context_len = info->max_context_len > 0 ? info->max_context_len : 0;
@@ -307,6 +343,10 @@ qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *ap
     be->reset = rm_reset;
     be->fill_state = (caps & QC_CAP_STATE_FILL) ? rm_fill : NULL;
     be->sync_state = (caps & QC_CAP_STATE_READ) ? rm_sync : NULL;
+    be->snapshot = (caps & QC_CAP_SNAPSHOT) ? rm_snapshot : NULL;
+    be->restore = (caps & QC_CAP_SNAPSHOT) ? rm_restore : NULL;
+    be->select_seq = (caps & QC_CAP_SEQUENCES) ? rm_select : NULL;
+    be->trim = (caps & QC_CAP_TRIM) ? rm_trim : NULL;
     if (R->hooks.set_dims) R->hooks.set_dims(R->h, cfg);
     if ((caps & QC_CAP_THREADS) && o->n_threads > 0) {
         char v[32];
@@ -323,5 +363,7 @@ qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *ap
 
 _Static_assert(QC_CAP_HIDDEN == QC_BE_CAP_HIDDEN && QC_CAP_STATE_READ == QC_BE_CAP_STATE_READ &&
                    QC_CAP_STATE_FILL == QC_BE_CAP_STATE_FILL && QC_CAP_THREADS == QC_BE_CAP_THREADS &&
-                   QC_CAP_DN_KERNEL == QC_BE_CAP_DN_KERNEL && QC_CAP_CHUNK_SIZE == QC_BE_CAP_CHUNK_SIZE,
+                   QC_CAP_DN_KERNEL == QC_BE_CAP_DN_KERNEL && QC_CAP_CHUNK_SIZE == QC_BE_CAP_CHUNK_SIZE &&
+                   QC_CAP_SNAPSHOT == QC_BE_CAP_SNAPSHOT &&
+                   QC_CAP_SEQUENCES == QC_BE_CAP_SEQUENCES && QC_CAP_TRIM == QC_BE_CAP_TRIM,
                "plugin ABI capability bits must equal the backend capability bits");

@@ -107,6 +107,10 @@ static cJSON *row_json(const qc_check_row *w) {
         }
     }
     if (w->detail) cJSON_AddStringToObject(o, "detail", w->detail);
+    if (w->drift_json) {
+        cJSON *d = cJSON_Parse(w->drift_json);
+        if (d) cJSON_AddItemToObject(o, "drift", d);
+    }
     return o;
 }
 

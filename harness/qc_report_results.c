@@ -37,7 +37,7 @@ void qc_results_init(qc_results *r) {
 }
 
 void qc_results_free(qc_results *r) {
-    for (int i = 0; i < r->n; i++) free(r->rows[i].detail);
+    for (int i = 0; i < r->n; i++) free(r->rows[i].detail), free(r->rows[i].drift_json);
     free(r->rows);
     r->rows = NULL;
     r->n = r->cap = 0;
@@ -91,6 +91,7 @@ qc_check_row *qc_results_add(qc_results *r, const qc_check_row *row) {
         qc_check_row *nr = realloc(r->rows, (size_t)nc * sizeof *nr);
         if (!nr) {
             free(row->detail);
+            free(row->drift_json);
             return NULL;
         }
         r->rows = nr;

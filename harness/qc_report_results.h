@@ -51,6 +51,9 @@ typedef struct {
     char tol_reason[256];  /* reason of the override that applied ("" = defaults) */
     char keyline[320];     /* one line of key numbers (or the reason for SKIP / ERROR) */
     char *detail;          /* malloc'd multi-line detail (summary, localisation, h5diff) or NULL */
+    char *drift_json;      /* malloc'd JSON object text, the JSON report's "drift" of a
+                              long_decode_drift row (the error curves over the steps), or NULL;
+                              taken over with the row like detail */
     qc_localisation loc;   /* structured first divergence of a failing row (kind NONE else) */
     double seconds;        /* wall time attributed to the row */
 } qc_check_row;

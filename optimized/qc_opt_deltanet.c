@@ -31,7 +31,7 @@ static int vec_len(const qc_config *c) {
 
 size_t qc_opt_dn_thread_floats(const qc_config *c, int cmax) {
     size_t dk = (size_t)c->lin_k_dim, dv = (size_t)c->lin_v_dim, cm = (size_t)cmax;
-    return 3 * cm + cm * dk /*kb*/ + 2 * dk * cm /*KT KdT*/ + 4 * cm * cm /*D A P T*/ + cm * dv /*Vb*/ +
+    return 2 * cm /*gamd (double)*/ + 3 * cm + cm * dk /*kb*/ + 2 * dk * cm /*KT KdT*/ + 4 * cm * cm /*D A P T*/ + cm * dv /*Vb*/ +
            cm * dk /*Wn*/ + cm * dv /*Vn*/ + cm * dk /*Qg*/ + (size_t)vec_len(c) + 64 + 16 * 16;
 }
 
@@ -43,6 +43,8 @@ void qc_opt_dn_thread_init(qc_opt_thread *t, const qc_config *c, int cmax, float
         t->field = p;      \
         p += (count);      \
     } while (0)
+    t->gamd = (double *)(void *)p; /* first: aligned as buf */
+    p += 2 * cm;
     TAKE(gam, cm);
     TAKE(eg, cm);
     TAKE(tmp, cm);
@@ -99,6 +101,14 @@ static void dn_recurrent_head(const qc_opt_kernels *K, const dn_head *a, float *
     }
 }
 
+/* Above this total log-decay of a chunk (|gam_last|) the float32 cumulative sum has lost too
+ * much absolute precision for its differences gam_r - gam_s (an ulp of 1024 is 1.2e-4: the
+ * pairwise decays near 1 after a huge decay earlier in the chunk are then off by that much
+ * relatively): the sum is taken in double and each difference rounded once. Below it (every
+ * chunk of the standard fixtures) the float path runs, unchanged. Same rule as the reference
+ * (QC_REF_DN_GAMMA_EXACT). */
+#define DN_GAMMA_EXACT 1024.0f
+
 /* chunked algorithm (docs/qwen35-model.md 8.7), chunks of `chunk` tokens */
 static void dn_chunked_head(const qc_opt_kernels *K, const dn_head *a, float *S, int chunk,
                             int cm, qc_opt_thread *w) {
@@ -114,10 +124,20 @@ static void dn_chunked_head(const qc_opt_kernels *K, const dn_head *a, float *S,
             acc += bg[r * nv2 + a->nv];
             w->gam[r] = acc;
         }
+        const int exact = -w->gam[Lc - 1] > DN_GAMMA_EXACT;
+        if (exact) {
+            double dacc = 0.0;
+            for (int r = 0; r < Lc; r++) {
+                dacc += (double)bg[r * nv2 + a->nv];
+                w->gamd[r] = dacc;
+                w->gam[r] = (float)dacc;
+            }
+        }
         K->vexp(w->eg, w->gam, Lc);
         const float glast = w->gam[Lc - 1];
         /* kb = beta k; KT = k^T; KdT = (k exp(glast - gam))^T; Qg = q exp(gam) */
-        for (int r = 0; r < Lc; r++) w->tmp[r] = glast - w->gam[r];
+        for (int r = 0; r < Lc; r++)
+            w->tmp[r] = exact ? (float)(w->gamd[Lc - 1] - w->gamd[r]) : glast - w->gam[r];
         K->vexp(w->tmp, w->tmp, Lc);
         for (int r = 0; r < Lc; r++) {
             const float *kr = Kr + r * a->ldqk, *qr = Q + r * a->ldqk;
@@ -133,7 +153,8 @@ static void dn_chunked_head(const qc_opt_kernels *K, const dn_head *a, float *S,
         /* D[r, s] = exp(gam_r - gam_s) for s <= r */
         for (int r = 0; r < Lc; r++) {
             float *Dr = w->D + (size_t)r * cm;
-            for (int s = 0; s <= r; s++) Dr[s] = w->gam[r] - w->gam[s];
+            for (int s = 0; s <= r; s++)
+                Dr[s] = exact ? (float)(w->gamd[r] - w->gamd[s]) : w->gam[r] - w->gam[s];
             K->vexp(Dr, Dr, r + 1);
         }
         /* A = -(kb K^T * D) strictly lower; P = (Q K^T * D) lower incl. diagonal */

@@ -29,6 +29,7 @@ typedef struct {
 
 /* per-thread DeltaNet chunk scratch (chunks of up to cmax tokens) */
 typedef struct {
+    double *gamd; /* [cmax] the same in double, for chunks of a huge total decay */
     float *gam;  /* [cmax] cumulative log-decay inside the chunk */
     float *eg;   /* [cmax] exp(gam) */
     float *tmp;  /* [cmax] */

@@ -21,6 +21,7 @@
 #include "qc/qc_reference.h"
 #include "qc_ref_blocks.h"
 #include "qc_ref_deltanet.h"
+#include "qc_ref_testhooks.h"
 
 /* ===================================================================================== */
 /* Private types                                                                          */
@@ -362,5 +363,16 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
         }
     }
     *out = be;
+    return QC_OK;
+}
+
+/* ===================================================================================== */
+/* Test-only hooks (qc_ref_testhooks.h)                                                   */
+/* ===================================================================================== */
+
+qc_status qc_ref_test_unguarded_exp(qc_backend *be, int on, qc_err *err) {
+    if (!be || be->forward != ref_forward || !be->impl)
+        return qc_errf(err, QC_ERR_ARG, "unguarded exp: not a reference backend");
+    ((ref_impl *)be->impl)->dn.chunk.unguarded_exp = on != 0;
     return QC_OK;
 }

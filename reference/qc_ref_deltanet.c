@@ -5,6 +5,7 @@
 #include "qc_ref_deltanet.h"
 
 #include <math.h>
+#include <stdint.h>
 
 #include "qc/qc_status.h"
 
@@ -21,7 +22,8 @@ static float qc_ref_dn_dot(const float *a, const float *b, int len) {
 
 size_t qc_ref_dn_scratch_floats(const qc_ref_dn_dims *d, int max_chunk) {
     size_t C = (size_t)max_chunk, dk = (size_t)d->k_dim, dv = (size_t)d->v_dim;
-    return C            /* gamma */
+    return 2 * C + 1    /* gamma_d (double; +1 float to align it) */
+           + C          /* gamma */
            + C * C      /* T */
            + C          /* trow */
            + C * dk     /* kbeta */
@@ -36,6 +38,9 @@ void qc_ref_dn_scratch_init(qc_ref_dn_scratch *s, const qc_ref_dn_dims *d, int m
                             float *buf) {
     size_t C = (size_t)max_chunk, dk = (size_t)d->k_dim, dv = (size_t)d->v_dim;
     s->max_chunk = max_chunk;
+    s->unguarded_exp = 0;
+    if ((uintptr_t)(void *)buf % sizeof(double)) buf++; /* the +1 float of the count */
+    s->gamma_d = (double *)(void *)buf; buf += 2 * C;
     s->gamma = buf;            buf += C;
     s->T = buf;                buf += C * C;
     s->trow = buf;             buf += C;
@@ -109,6 +114,21 @@ static void dn_chunk(const qc_ref_dn_dims *d, int c0, int Lc, int j, int kh, con
         for (int i = 0; i < dk; i++) s->kbeta[(size_t)r * dk + i] = KROW(r)[i] * br;
         for (int e = 0; e < dv; e++) s->vbeta[(size_t)r * dv + e] = VROW(r)[e] * br;
     }
+    /* a chunk with a huge total decay: the cumulative sum in double (QC_REF_DN_GAMMA_EXACT) */
+    const int exact = -gamma[Lc - 1] > QC_REF_DN_GAMMA_EXACT;
+    if (exact) {
+        double acc = 0.0;
+        for (int r = 0; r < Lc; r++) {
+            acc += (double)g[(size_t)(c0 + r) * nv + j];
+            s->gamma_d[r] = acc;
+            gamma[r] = (float)acc;
+        }
+    }
+/* exp(gamma_r - gamma_c), c <= r: the difference from the double sums in an exact chunk; the
+ * test-only fault factors it as exp(gamma_r) * exp(-gamma_c) (unguarded: Inf * 0) */
+#define DECAY(r, c)                                                                       \
+    (s->unguarded_exp ? expf(gamma[r]) * expf(-gamma[c])                                  \
+     : expf(exact ? (float)(s->gamma_d[r] - s->gamma_d[c]) : gamma[r] - gamma[c]))
 
     /* 2. M = -strictly_lower( (k_beta K^T) .* D ), D[r,s] = exp(gamma_r - gamma_s). */
     for (int r = 0; r < Lc; r++) {
@@ -116,7 +136,7 @@ static void dn_chunk(const qc_ref_dn_dims *d, int c0, int Lc, int j, int kh, con
             float a = 0.0f;
             if (c < r) {
                 const float dot = qc_ref_dn_dot(s->kbeta + (size_t)r * dk, KROW(c), dk);
-                a = -(dot * expf(gamma[r] - gamma[c]));
+                a = -(dot * DECAY(r, c));
             }
             T[(size_t)r * C + c] = a;
         }
@@ -168,7 +188,7 @@ static void dn_chunk(const qc_ref_dn_dims *d, int c0, int Lc, int j, int kh, con
         float *orow = o + ((size_t)(c0 + r) * nv + j) * dv;
         /* intra-chunk weights, reusing trow as [r+1] */
         for (int c = 0; c <= r; c++)
-            trow[c] = qc_ref_dn_dot(qr, KROW(c), dk) * expf(gamma[r] - gamma[c]);
+            trow[c] = qc_ref_dn_dot(qr, KROW(c), dk) * DECAY(r, c);
         for (int e = 0; e < dv; e++) {
             float inter = 0.0f;
             for (int i = 0; i < dk; i++) inter += (qr[i] * eg) * Sj[(size_t)i * dv + e];
@@ -182,7 +202,7 @@ static void dn_chunk(const qc_ref_dn_dims *d, int c0, int Lc, int j, int kh, con
      *    depends only on its own old value, so the update is done in place. */
     const float glast = gamma[Lc - 1];
     const float elast = expf(glast);
-    for (int c = 0; c < Lc; c++) trow[c] = expf(glast - gamma[c]);
+    for (int c = 0; c < Lc; c++) trow[c] = DECAY(Lc - 1, c);
     for (int i = 0; i < dk; i++) {
         for (int e = 0; e < dv; e++) {
             float acc = 0.0f;
@@ -190,6 +210,7 @@ static void dn_chunk(const qc_ref_dn_dims *d, int c0, int Lc, int j, int kh, con
             Sj[(size_t)i * dv + e] = Sj[(size_t)i * dv + e] * elast + acc;
         }
     }
+#undef DECAY
 #undef QROW
 #undef KROW
 #undef VROW

@@ -29,6 +29,11 @@ typedef struct {
 /* Scratch of the chunked kernel for chunks of up to max_chunk tokens (caller-owned). */
 typedef struct {
     int max_chunk;  /* capacity in tokens */
+    double *gamma_d; /* [max_chunk] the same in double, for chunks whose |gamma| is large
+                        (see QC_REF_DN_GAMMA_EXACT) */
+    int unguarded_exp; /* test-only (0 normally): the self-test's pytorch/executorch#21417
+                          fault, decay ratios exp(gamma_r - gamma_c) computed as the factored
+                          exp(gamma_r) * exp(-gamma_c), which overflows to Inf * 0 = NaN */
     float *gamma;   /* [max_chunk] cumulative log-decay inside the chunk */
     float *T;       /* [max_chunk, max_chunk] A, then the unit lower-triangular inverse */
     float *trow;    /* [max_chunk] one row of A before it is updated (forward substitution) */
@@ -39,6 +44,14 @@ typedef struct {
     float *W;       /* [max_chunk, dk] T @ (k_beta * exp(gamma)) */
     float *Vn;      /* [max_chunk, dv] U - W S ("new values") */
 } qc_ref_dn_scratch;
+
+/* Above this |gamma_last| (the chunk's total log-decay) the float32 cumulative sum has lost
+ * too much absolute precision for its differences gamma_r - gamma_c (an ulp of 1024 is 1.2e-4,
+ * a relative error of the pairwise decays exp(gamma_r - gamma_c) that are near 1 after a huge
+ * decay earlier in the chunk): the cumulative sum is then taken in double and the differences
+ * rounded once. Below it (every chunk of the standard fixtures) the float path is used, so
+ * their numbers are unchanged. */
+#define QC_REF_DN_GAMMA_EXACT 1024.0f
 
 /* Floats of scratch needed for chunks of up to max_chunk tokens. */
 size_t qc_ref_dn_scratch_floats(const qc_ref_dn_dims *d, int max_chunk);

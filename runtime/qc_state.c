@@ -133,3 +133,56 @@ void qc_state_copy(qc_state *dst, const qc_state *src) {
     }
     dst->pos = src->pos;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* snapshots                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+qc_status qc_state_clone(const qc_state *src, qc_state **out, qc_err *err) {
+    *out = NULL;
+    qc_state *s = calloc(1, sizeof *s);
+    if (!s) return qc_errf(err, QC_ERR_OOM, "state clone: out of memory");
+    *s = *src; /* the geometry; the buffers are replaced below */
+    int L = src->n_layers;
+    s->k_cache = calloc((size_t)L, sizeof(float *));
+    s->v_cache = calloc((size_t)L, sizeof(float *));
+    s->conv_state = calloc((size_t)L, sizeof(float *));
+    s->recurrent_state = calloc((size_t)L, sizeof(float *));
+    int ok = s->k_cache && s->v_cache && s->conv_state && s->recurrent_state;
+    for (int l = 0; ok && l < L; l++) {
+        if (src->k_cache[l]) ok &= (s->k_cache[l] = malloc(kv_floats(s) * sizeof(float))) != NULL;
+        if (src->v_cache[l]) ok &= (s->v_cache[l] = malloc(kv_floats(s) * sizeof(float))) != NULL;
+        if (src->conv_state[l])
+            ok &= (s->conv_state[l] = malloc(conv_floats(s) * sizeof(float))) != NULL;
+        if (src->recurrent_state[l])
+            ok &= (s->recurrent_state[l] = malloc(rec_floats(s) * sizeof(float))) != NULL;
+    }
+    if (!ok) {
+        qc_state_destroy(s);
+        return qc_errf(err, QC_ERR_OOM, "state clone: out of memory");
+    }
+    qc_state_copy(s, src);
+    *out = s;
+    return QC_OK;
+}
+
+static int same_buf(const float *a, const float *b, size_t n) {
+    if ((a == NULL) != (b == NULL)) return 0;
+    return !a || memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+int qc_state_equal(const qc_state *a, const qc_state *b) {
+    if (a->n_layers != b->n_layers || a->max_context_len != b->max_context_len ||
+        a->n_kv_heads != b->n_kv_heads || a->head_dim != b->head_dim ||
+        a->conv_dim != b->conv_dim || a->conv_kernel != b->conv_kernel ||
+        a->n_v_heads != b->n_v_heads || a->k_dim != b->k_dim || a->v_dim != b->v_dim ||
+        a->pos != b->pos)
+        return 0;
+    for (int l = 0; l < a->n_layers; l++)
+        if (!same_buf(a->k_cache[l], b->k_cache[l], kv_floats(a)) ||
+            !same_buf(a->v_cache[l], b->v_cache[l], kv_floats(a)) ||
+            !same_buf(a->conv_state[l], b->conv_state[l], conv_floats(a)) ||
+            !same_buf(a->recurrent_state[l], b->recurrent_state[l], rec_floats(a)))
+            return 0;
+    return 1;
+}

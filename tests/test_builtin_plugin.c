@@ -410,6 +410,8 @@ START_TEST(abi_and_info) {
     ck_assert_uint_ge(p->struct_size, QC_PLUGIN_V1_SIZE);
     ck_assert(p->open && p->reset && p->forward && p->close && p->last_error);
     ck_assert(p->get_hidden && p->get_state && p->fill_state && p->set_option);
+    ck_assert_uint_ge(p->struct_size, QC_PLUGIN_LIFECYCLE_SIZE);
+    ck_assert(p->snapshot && p->restore && p->select_sequence && !p->trim);
     /* only the entry is exported: the private qwenconform copy is invisible */
     ck_assert_ptr_null(dlsym(pl.lib, "qc_model_load"));
     ck_assert_ptr_null(dlsym(pl.lib, "qc_backend_alloc"));
@@ -424,7 +426,8 @@ START_TEST(abi_and_info) {
     ck_assert_int_eq(info.max_context_len, 4096); /* tiny model: the default, not the cap */
     ck_assert_int_eq(info.max_tokens_per_call, 4096);
     unsigned want = QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL | QC_CAP_DN_KERNEL |
-                    QC_CAP_CHUNK_SIZE | (_i == 1 ? QC_CAP_THREADS : 0u);
+                    QC_CAP_CHUNK_SIZE | (_i == 1 ? QC_CAP_THREADS : 0u) | QC_CAP_SNAPSHOT |
+                    QC_CAP_SEQUENCES; /* no trim */
     ck_assert_uint_eq(info.caps, want);
     char prefix[64];
     snprintf(prefix, sizeof prefix, "qwen-conform %s (as plugin): %s", be, be);

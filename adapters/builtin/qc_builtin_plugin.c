@@ -59,7 +59,10 @@ static int is_optimized(void) { return strcmp(QC_PLUGIN_BACKEND, "optimized") ==
 typedef struct {
     qc_model *model;
     qc_backend *be;
-    qc_state *st;
+    qc_state *st;          /* the current sequence (one of seq[]) */
+    qc_state *seq[QC_PLUGIN_MIN_SEQUENCES];  /* sequences (created on first select; [0] = st) */
+    qc_state *snap[QC_PLUGIN_MIN_SNAPSHOTS]; /* snapshots (created on first use) */
+    int cur;               /* the current sequence */
     qc_backend_opts opts;  /* what the backend was (or will be re-) created with */
     int capacity;          /* state positions */
     int max_tokens;        /* largest n per call */
@@ -314,6 +317,7 @@ static int qcb_open(const char *model_dir, const char *options, qc_plugin_info *
     h->opts.max_tokens = h->max_tokens;
 
     s = qc_state_create(cfg, h->capacity, &h->st, &e);
+    h->seq[0] = h->st;
     if (s != QC_OK) {
         qcb_close(h);
         return seterr(NULL, QC_PLUGIN_ERROR, "open %s: max_context %d: %s", model_dir,
@@ -342,7 +346,8 @@ static int qcb_open(const char *model_dir, const char *options, qc_plugin_info *
     info->max_tokens_per_call = h->max_tokens;
     info->max_context_len = h->capacity;
     info->caps = QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL | QC_CAP_DN_KERNEL |
-                 QC_CAP_CHUNK_SIZE | (is_optimized() ? QC_CAP_THREADS : 0u);
+                 QC_CAP_CHUNK_SIZE | (is_optimized() ? QC_CAP_THREADS : 0u) | QC_CAP_SNAPSHOT |
+                 QC_CAP_SEQUENCES;
     snprintf(info->name, sizeof info->name, "qwen-conform %s (as plugin): %s", QC_PLUGIN_BACKEND,
              h->be->describe ? h->be->describe(h->be) : h->be->name);
     *handle = h;
@@ -404,7 +409,10 @@ static void qcb_close(void *handle) {
     qcb_handle *h = handle;
     if (!h) return;
     qc_backend_destroy(h->be);
+    for (int i = 0; i < QC_PLUGIN_MIN_SEQUENCES; i++)
+        if (h->seq[i] != h->st) qc_state_destroy(h->seq[i]);
     qc_state_destroy(h->st);
+    for (int i = 0; i < QC_PLUGIN_MIN_SNAPSHOTS; i++) qc_state_destroy(h->snap[i]);
     qc_model_free(h->model);
     free(h->hidden);
     free(h->seen);
@@ -499,6 +507,59 @@ static int qcb_set_option(void *handle, const char *key, const char *value) {
     return apply_option(h, key, value);
 }
 
+/* ===================================================================================== */
+/* state lifecycle: snapshots and sequences are qc_state copies                           */
+/* ===================================================================================== */
+
+/* A state like h->st in *slot (created on first use). */
+static int need_state(qcb_handle *h, qc_state **slot, const char *what) {
+    if (*slot) return QC_PLUGIN_OK;
+    qc_err e;
+    qc_err_clear(&e);
+    if (qc_state_create(&h->model->cfg, h->capacity, slot, &e) != QC_OK)
+        return seterr(h, QC_PLUGIN_ERROR, "%s: %s", what, e.msg);
+    return QC_PLUGIN_OK;
+}
+
+static int qcb_snapshot(void *handle, int32_t slot) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "snapshot: NULL handle");
+    clear_err(h);
+    if (slot < 0 || slot >= QC_PLUGIN_MIN_SNAPSHOTS)
+        return seterr(h, QC_PLUGIN_UNSUPPORTED, "snapshot: slot %d outside 0..%d", (int)slot,
+                      QC_PLUGIN_MIN_SNAPSHOTS - 1);
+    int rc = need_state(h, &h->snap[slot], "snapshot");
+    if (rc == QC_PLUGIN_OK) qc_state_copy(h->snap[slot], h->st); /* pos included */
+    return rc;
+}
+
+static int qcb_restore(void *handle, int32_t slot) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "restore: NULL handle");
+    clear_err(h);
+    if (slot < 0 || slot >= QC_PLUGIN_MIN_SNAPSHOTS || !h->snap[slot])
+        return seterr(h, QC_PLUGIN_ERROR, "restore: snapshot slot %d was never written",
+                      (int)slot);
+    qc_state_copy(h->st, h->snap[slot]);
+    h->hidden_n = 0;
+    return QC_PLUGIN_OK;
+}
+
+static int qcb_select_sequence(void *handle, int32_t seq) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "select_sequence: NULL handle");
+    clear_err(h);
+    if (seq < 0 || seq >= QC_PLUGIN_MIN_SEQUENCES)
+        return seterr(h, QC_PLUGIN_UNSUPPORTED, "select_sequence: %d outside 0..%d", (int)seq,
+                      QC_PLUGIN_MIN_SEQUENCES - 1);
+    int rc = need_state(h, &h->seq[seq], "select_sequence"); /* a new one is fresh (zeros) */
+    if (rc != QC_PLUGIN_OK) return rc;
+    h->cur = seq;
+    h->st = h->seq[seq];
+    h->hidden_n = 0;
+    return QC_PLUGIN_OK;
+}
+
 static const qc_runtime_plugin qcb_plugin = {
     .abi_version = QC_PLUGIN_ABI_VERSION,
     .struct_size = (uint32_t)sizeof(qc_runtime_plugin),
@@ -511,6 +572,9 @@ static const qc_runtime_plugin qcb_plugin = {
     .get_state = qcb_get_state,
     .fill_state = qcb_fill_state,
     .set_option = qcb_set_option,
+    .snapshot = qcb_snapshot,
+    .restore = qcb_restore,
+    .select_sequence = qcb_select_sequence,
 };
 
 QCB_EXPORT const qc_runtime_plugin *qc_runtime_plugin_entry(void);

@@ -13,6 +13,8 @@ Modules (one concern each):
   init         deterministic realistic initialisation + checkpoint writer
   goldens      case construction (prompt seed search) and the HDF5 golden writer
   fixtures     the committed fixture set (specs + regeneration)
+  longdecode   the long-decode fixture: 2048 decode steps with a DeltaNet state trace
+  hazards      the hazard fixture: extreme but legal DeltaNet gates (decays, softplus inputs)
 """
 
 VERSION = "1.0"

@@ -7,7 +7,9 @@ golden/regen compares such a build with the committed fixtures/ and replaces it 
 import os
 
 from . import goldens
+from . import hazards
 from . import init
+from . import longdecode
 from .init import ModelSpec
 
 L, F = "linear_attention", "full_attention"
@@ -80,6 +82,21 @@ FIXTURES = [
 ]
 
 
+# Fixtures with their own cases and builder (module with SPEC, build(root), cases or CASE):
+# not in FIXTURES (whose cases are the standard ones, every margin >= 0.05).
+SPECIAL = [longdecode, hazards]
+
+
+def all_names():
+    """Every generated fixture directory name."""
+    return [s.name for s in FIXTURES] + [m.SPEC.name for m in SPECIAL]
+
+
+def build_special(root):
+    for m in SPECIAL:
+        m.build(root)
+
+
 def by_name(name):
     for s in FIXTURES:
         if s.name == name:
@@ -110,4 +127,10 @@ def readme_text():
     lines.append("")
     for s in FIXTURES:
         lines += ["## %s (seed %d)" % (s.name, s.seed), "", s.description, ""]
+    for m in SPECIAL:
+        cs = m.cases() if hasattr(m, "cases") else [m.CASE]
+        lines += ["## %s (seed %d)" % (m.SPEC.name, m.SPEC.seed), "", m.SPEC.description, "",
+                  "Its cases (instead of the standard ones):", ""]
+        lines += ["- `%s`: %s" % (c.name, c.description) for c in cs]
+        lines.append("")
     return "\n".join(lines)

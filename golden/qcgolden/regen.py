@@ -27,6 +27,7 @@ def build_all(root):
     """Every fixture + README.md under root."""
     for spec in fixtures.FIXTURES:
         fixtures.build_one(spec, root)
+    fixtures.build_special(root)
     with open(os.path.join(root, "README.md"), "w") as f:
         f.write(fixtures.readme_text())
 
@@ -92,9 +93,9 @@ def _files(d):
 def compare(committed, fresh, verbose=False, out=sys.stdout):
     """Print the comparison; returns True when everything is identical."""
     same = True
-    for spec in fixtures.FIXTURES:
-        a, b = os.path.join(committed, spec.name), os.path.join(fresh, spec.name)
-        print("== %s" % spec.name, file=out)
+    for name in fixtures.all_names():
+        a, b = os.path.join(committed, name), os.path.join(fresh, name)
+        print("== %s" % name, file=out)
         if not os.path.isdir(a):
             print("   new fixture (not committed yet)", file=out)
             same = False
@@ -134,7 +135,7 @@ def compare(committed, fresh, verbose=False, out=sys.stdout):
     eq = os.path.exists(ra) and open(ra).read() == open(rb).read()
     print("== README.md %s" % ("identical" if eq else "DIFFERS"), file=out)
     same &= eq
-    names = {s.name for s in fixtures.FIXTURES}
+    names = set(fixtures.all_names())
     if os.path.isdir(committed):
         for n in sorted(os.listdir(committed)):
             if os.path.isdir(os.path.join(committed, n)) and n not in names:
@@ -146,11 +147,11 @@ def replace(committed, fresh):
     """Move the fresh fixtures into place (only the generated names + README.md)."""
     os.makedirs(committed, exist_ok=True)
     trash = tempfile.mkdtemp(prefix="old-", dir=os.path.dirname(fresh))
-    for spec in fixtures.FIXTURES:
-        dst = os.path.join(committed, spec.name)
+    for name in fixtures.all_names():
+        dst = os.path.join(committed, name)
         if os.path.exists(dst):
-            os.replace(dst, os.path.join(trash, spec.name))
-        os.replace(os.path.join(fresh, spec.name), dst)
+            os.replace(dst, os.path.join(trash, name))
+        os.replace(os.path.join(fresh, name), dst)
     os.replace(os.path.join(fresh, "README.md"), os.path.join(committed, "README.md"))
     shutil.rmtree(trash)
 

@@ -20,6 +20,7 @@ static const char usage[] =
     "       qwen-conform calibrate --golden DIR  measure noise, suggest a tolerance policy\n"
     "       qwen-conform policy --print [--policy F] [--golden DIR]  the effective policy\n"
     "       qwen-conform bench ...               performance comparison of the backends\n"
+    "       qwen-conform drift-svg R.json --out F.svg   long_decode_drift curves of a report\n"
     "       qwen-conform adapter-serve PLUGIN.so[,k=v...]  serve a plugin over the adapter\n"
     "                                            protocol on stdin/stdout (isolate:plugin:)\n"
     "       qwen-conform --version | --help\n"
@@ -58,6 +59,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "policy")) rc = qc_cmd_policy(argc - 1, argv + 1);
     else if (!strcmp(cmd, "bench")) rc = qc_cmd_bench(argc - 1, argv + 1);
     else if (!strcmp(cmd, "adapter-serve")) rc = qc_cmd_adapter_serve(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "drift-svg")) rc = qc_cmd_drift_svg(argc - 1, argv + 1);
     else if (cmd[0] == '-') rc = qc_cmd_check(argc, argv); /* default command */
     else {
         fprintf(stderr, "qwen-conform: unknown command '%s'\n%s", cmd, usage);

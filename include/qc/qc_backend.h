@@ -70,6 +70,12 @@ void qc_backend_opts_default(qc_backend_opts *o);
 #define QC_BE_CAP_DN_KERNEL  (1u << 4) /* opts.dn_kernel is honoured */
 #define QC_BE_CAP_CHUNK_SIZE (1u << 5) /* opts.chunk_size is honoured */
 #define QC_BE_CAP_ALL 0x3fu
+/* State lifecycle (a runtime under test: its own entries below; the built-in backends need none:
+ * their state is the qc_state the caller passes, so the caller copies it and keeps one per
+ * sequence). Not in QC_BE_CAP_ALL. */
+#define QC_BE_CAP_SNAPSHOT   (1u << 6) /* be->snapshot / be->restore */
+#define QC_BE_CAP_SEQUENCES  (1u << 7) /* be->select_seq */
+#define QC_BE_CAP_TRIM       (1u << 8) /* be->trim */
 
 typedef struct qc_backend qc_backend;
 struct qc_backend {
@@ -96,6 +102,14 @@ struct qc_backend {
     /* Copy the runtime's state into st (caches: positions 0..n_pos-1; the slots beyond stay as
      * st has them). QC_ERR_UNSUPPORTED when n_pos exceeds what the runtime can expose. */
     qc_status (*sync_state)(qc_backend *be, qc_state *st, int n_pos, qc_err *err);
+    /* ---- optional state lifecycle of a runtime with its own state (NULL: not offered) ---- */
+    /* Save the current sequence's whole state into snapshot slot `slot` / make it that copy. */
+    qc_status (*snapshot)(qc_backend *be, int slot, qc_err *err);
+    qc_status (*restore)(qc_backend *be, int slot, qc_err *err);
+    /* Make sequence `seq` the current one (every later call acts on it alone). */
+    qc_status (*select_seq)(qc_backend *be, int seq, qc_err *err);
+    /* Drop positions n_pos.. of the current sequence (rollback). */
+    qc_status (*trim)(qc_backend *be, int n_pos, qc_err *err);
 };
 
 /* The one entry point of a forward pass: validates the call contract above (status and message

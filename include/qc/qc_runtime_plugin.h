@@ -51,6 +51,16 @@ enum {
 #define QC_CAP_THREADS     (1u << 3) /* set_option("threads", "N") */
 #define QC_CAP_DN_KERNEL   (1u << 4) /* set_option("dn_kernel", "chunked"|"recurrent") */
 #define QC_CAP_CHUNK_SIZE  (1u << 5) /* set_option("chunk_size", "N") */
+/* v1 minor additions (the entries after set_option; a harness uses them only when struct_size
+ * covers them and the bit is announced): */
+#define QC_CAP_SNAPSHOT    (1u << 6) /* snapshot / restore: the whole state of the sequence */
+#define QC_CAP_SEQUENCES   (1u << 7) /* select_sequence: several independent sequences */
+#define QC_CAP_TRIM        (1u << 8) /* trim: roll the sequence back to fewer positions */
+
+/* At least this many snapshot slots (0..QC_PLUGIN_MIN_SNAPSHOTS-1) with QC_CAP_SNAPSHOT, and
+ * sequences (0..QC_PLUGIN_MIN_SEQUENCES-1) with QC_CAP_SEQUENCES. */
+#define QC_PLUGIN_MIN_SNAPSHOTS 8
+#define QC_PLUGIN_MIN_SEQUENCES 3
 
 /* State buffer kinds for get_state. */
 enum { QC_STATE_K_CACHE = 0, QC_STATE_V_CACHE = 1, QC_STATE_CONV = 2, QC_STATE_RECURRENT = 3 };
@@ -103,12 +113,32 @@ typedef struct qc_runtime_plugin {
     /* QC_CAP_THREADS / DN_KERNEL / CHUNK_SIZE: change a setting between calls. Unknown key:
      * QC_PLUGIN_UNSUPPORTED. */
     int (*set_option)(void *handle, const char *key, const char *value);
+
+    /* ---- optional v1 additions (state lifecycle): present when struct_size covers them ---- */
+    /* QC_CAP_SNAPSHOT: copy the whole state of the current sequence (every KV position, conv
+     * and recurrent state, the position count) into snapshot slot `slot` (0..7), replacing what
+     * the slot held. A copy: later forwards must not change it. */
+    int (*snapshot)(void *handle, int32_t slot);
+    /* QC_CAP_SNAPSHOT: make the current sequence's state exactly what snapshot(slot) saved
+     * (whatever the sequence held before, NaN garbage included); the slot keeps its copy.
+     * QC_PLUGIN_ERROR for a slot never written. */
+    int (*restore)(void *handle, int32_t slot);
+    /* QC_CAP_SEQUENCES: make sequence `seq` (0..2 at least) the current one: every later
+     * reset / forward / get_state / fill_state / snapshot / restore / trim acts on it alone.
+     * Sequences start fresh; open selects 0. UNSUPPORTED beyond what the runtime holds. */
+    int (*select_sequence)(void *handle, int32_t seq);
+    /* QC_CAP_TRIM: drop the positions n_pos.. of the current sequence (n_pos <= the positions
+     * consumed), so that the next forward starts at n_pos exactly as if they had never been
+     * processed (speculative-decoding rollback; the recurrent state must come back too). */
+    int (*trim)(void *handle, int32_t n_pos);
 } qc_runtime_plugin;
 
 typedef const qc_runtime_plugin *(*qc_runtime_plugin_entry_fn)(void);
 
 /* The v1 struct size; a plugin whose struct_size is smaller is refused. */
 #define QC_PLUGIN_V1_SIZE (offsetof(qc_runtime_plugin, set_option) + sizeof(void *))
+/* The size that covers the lifecycle entries (snapshot .. trim). */
+#define QC_PLUGIN_LIFECYCLE_SIZE (offsetof(qc_runtime_plugin, trim) + sizeof(void *))
 
 #ifdef __cplusplus
 }

@@ -44,4 +44,13 @@ void qc_state_fill(qc_state *st, float v);
 /* Copy all buffers and pos from src to dst (same geometry; programmer error otherwise). */
 void qc_state_copy(qc_state *dst, const qc_state *src);
 
+/* Snapshot: a new state with src's geometry and an exact copy of its buffers and pos (a deep
+ * copy: later changes to either never reach the other). *out owned by the caller
+ * (qc_state_destroy); QC_ERR_OOM leaves *out NULL. */
+qc_status qc_state_clone(const qc_state *src, qc_state **out, qc_err *err);
+
+/* 1 when a and b have the same geometry, pos and bit-identical buffers (cache slots beyond pos
+ * included), else 0. */
+int qc_state_equal(const qc_state *a, const qc_state *b);
+
 #endif /* QC_STATE_H */

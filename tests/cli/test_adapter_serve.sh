@@ -208,7 +208,8 @@ def model_cfg(model_dir):
     else: kinds = [(i + 1) % c.get("full_attention_interval", 4) == 0 for i in range(n)]
     return c["vocab_size"], c["hidden_size"], n, kinds
 
-CAPS = {"hidden", "state_read", "state_fill", "threads", "dn_kernel", "chunk_size"}
+CAPS = {"hidden", "state_read", "state_fill", "threads", "dn_kernel", "chunk_size", "snapshot",
+        "sequences", "trim"}
 
 # ---- against the built-in reference plugin -----------------------------------------------------
 if REF:

@@ -7,6 +7,9 @@
 #   (d) a conv state left holding stale columns      (--inject-fault stale-conv-state)
 #   (e) static prefill that does not advance         (--inject-fault static-no-advance)
 #   (f) a golden that claims a different model       (hash attributes of a golden copy)
+#   (g) a snapshot that saves nothing                (--inject-fault snapshot-noop)
+#   (h) a rollback that forgets the conv state       (--inject-fault rollback-keeps-conv)
+#   (i) a slot index off by one                      (--inject-fault slot-off-by-one)
 # Each asserts exit 1 and greps the named tensor / layer; the unbroken run exits 0.
 set -u
 QC="$1"
@@ -156,6 +159,20 @@ run 1 "(f) hash mismatch is a conformance failure" --golden "$TMP/f/$NAME" --fil
 has "model_hash +FAIL +config_sha256 and weights_sha256 differs" "(f) names both hashes"
 has "config_sha256: +golden $claimed" "(f) prints the golden's claimed config hash"
 has "model +$actual" "(f) prints the loaded model's config hash"
+
+# ---- (g)-(i) the state lifecycle (more in tests/cli/test_lifecycle.sh) ---------------------
+run 1 "(g) a snapshot that saves nothing is caught" --golden "$ONE" --filter "$F_DYN" \
+    --inject-fault snapshot-noop
+has "len005 +reference dynamic snapshot_restore +FAIL" "(g) names snapshot_restore"
+has "Greatest absolute difference: .* at continuation_B/" "(g) the continuation after the restore differs"
+run 1 "(h) a rollback that forgets the conv state is caught" --golden "$ONE" --filter "$F_DYN" \
+    --inject-fault rollback-keeps-conv
+has "len005 +reference dynamic rollback +FAIL" "(h) names rollback"
+hasnt "snapshot_restore +FAIL" "(h) a plain restore is right"
+run 1 "(i) a slot index off by one is caught" --golden "$ONE" --filter "$F_DYN" \
+    --inject-fault slot-off-by-one
+has "len005 +reference dynamic multi_sequence +FAIL" "(i) names multi_sequence"
+has "at sequence_[12]/" "(i) a sequence sharing a slot differs"
 
 echo "test_faults.sh: $fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -3,7 +3,9 @@
 Capabilities are announced only for the optional methods a subclass overrides: `hidden` ->
 "hidden", `state` -> "state_read", `fill_state` -> "state_fill"; the option names listed in
 `options_supported` (which needs `set_option` overridden) -> "threads" / "dn_kernel" /
-"chunk_size".
+"chunk_size"; `snapshot` and `restore` (both) -> "snapshot", `select_sequence` -> "sequences",
+`trim` -> "trim" (the state lifecycle checks: snapshot_restore, rollback, prefix_reuse,
+multi_sequence, ...).
 """
 import numpy as np
 
@@ -59,6 +61,25 @@ class Runtime:
         """Change a setting between calls (key in options_supported; value a string)."""
         raise Unsupported("option %s" % key)
 
+    # ---- optional state lifecycle (docs/adapter-protocol.md) -----------------------------------
+    def snapshot(self, slot):
+        """Copy the whole state of the current sequence (KV, conv, recurrent, position) into
+        snapshot slot `slot` (0..7). A copy: later forwards must not change it."""
+        raise Unsupported("snapshot")
+
+    def restore(self, slot):
+        """Make the current sequence exactly what snapshot(slot) saved; the slot keeps it."""
+        raise Unsupported("restore")
+
+    def select_sequence(self, seq):
+        """Make sequence `seq` (0..2 at least) current: later calls act on it alone. Sequences
+        start fresh; sequence 0 is current after open."""
+        raise Unsupported("sequences")
+
+    def trim(self, n_pos):
+        """Drop positions n_pos.. of the current sequence, as if never processed (rollback)."""
+        raise Unsupported("trim")
+
     def close(self):
         """Release resources at the end of the session (optional)."""
 
@@ -81,7 +102,14 @@ def capabilities(runtime):
     if opts and not overrides(runtime, "set_option"):
         raise ValueError("options_supported lists %s but set_option is not overridden"
                          % ", ".join(opts))
-    return caps + [o for o in OPTION_NAMES if o in opts]
+    life = []
+    if overrides(runtime, "snapshot") and overrides(runtime, "restore"):
+        life.append("snapshot")
+    if overrides(runtime, "select_sequence"):
+        life.append("sequences")
+    if overrides(runtime, "trim"):
+        life.append("trim")
+    return caps + [o for o in OPTION_NAMES if o in opts] + life
 
 
 def as_f32(x, what):

@@ -191,8 +191,26 @@ class _Session:
         self.rt.set_option(key, str(value))
         return {}, []
 
+    def op_snapshot(self, h):
+        self.rt.snapshot(_int(h, "slot"))
+        return {}, []
+
+    def op_restore(self, h):
+        self.rt.restore(_int(h, "slot"))
+        return {}, []
+
+    def op_select_sequence(self, h):
+        self.rt.select_sequence(_int(h, "seq"))
+        return {}, []
+
+    def op_trim(self, h):
+        self.rt.trim(_int(h, "n_pos"))
+        return {}, []
+
     # ---- dispatch --------------------------------------------------------------------------
-    NEEDS = {"get_state": "state_read", "fill_state": "state_fill"}   # op -> capability
+    NEEDS = {"get_state": "state_read", "fill_state": "state_fill",   # op -> capability
+             "snapshot": "snapshot", "restore": "snapshot", "select_sequence": "sequences",
+             "trim": "trim"}
 
     def handle(self, h):
         """The response frame (header, tensors) for one request header."""

@@ -1,0 +1,55 @@
+/* qc_actual_internal.h — what the two halves of the ACTUAL reader share (harness-private):
+ *   qc_actual_h5.c    attributes, datasets matched against the layouts' shapes, reads
+ *   qc_actual_read.c  a case, the file (qc_actual.h)
+ * Functions return QC_OK or an error naming the file and the dataset / attribute; an absent
+ * optional object is QC_OK with the output NULL / -1 / not present. */
+#ifndef QC_ACTUAL_INTERNAL_H
+#define QC_ACTUAL_INTERNAL_H
+
+#include <hdf5.h>
+
+#include "qc_actual.h"
+
+typedef struct {
+    const char *file; /* the ACTUAL path, for messages */
+    qc_err *err;
+} ac_ctx;
+
+#define AC_CANON 0
+#define AC_HF 1
+
+/* One shape a dataset may have. */
+typedef struct {
+    int tag;          /* AC_CANON / AC_HF */
+    int rank;
+    long long d[5];   /* -1: any extent */
+    int variant;      /* the caller's meaning (last row, K-1 columns, ...) */
+    const char *what; /* "canonical", "hf", "hf last row", ... */
+} ac_shape;
+
+/* The object `name` under loc opened as a group (the caller closes it), or H5I_INVALID_HID. */
+hid_t ac_group(hid_t loc, const char *name);
+/* 1 when loc has a link `name`. */
+int ac_link(hid_t loc, const char *name);
+/* Optional scalar attributes: a malloc'd string (*out NULL when absent), a string into buf,
+ * an integer (*present 0 when absent). */
+qc_status ac_attr_str(const ac_ctx *c, hid_t obj, const char *objpath, const char *name,
+                      char **out);
+qc_status ac_attr_buf(const ac_ctx *c, hid_t obj, const char *objpath, const char *name,
+                      char *buf, size_t n);
+qc_status ac_attr_int(const ac_ctx *c, hid_t obj, const char *objpath, const char *name,
+                      int64_t *out, int *present);
+/* An optional tensor in one of the shapes cand[0..n): *out malloc'd float32 (NULL when
+ * absent), *variant the matched shape's; the case's layout counters bumped. */
+qc_status ac_tensor(const ac_ctx *c, qc_actual_case *ac, qc_layout layout, hid_t loc,
+                    const char *locpath, const char *rel, int is_float, const ac_shape *cand,
+                    int n, float **out, int *variant);
+/* An optional k / v cache of n_pos positions (a larger static cache: its first n_pos). */
+qc_status ac_kv(const ac_ctx *c, qc_actual_case *ac, qc_layout layout, hid_t loc,
+                const char *locpath, const char *rel, const qc_config *cfg, int n_pos,
+                float **out);
+/* An optional id list [n] / [1, n]: *out malloc'd int32, *n its length (-1 when absent). */
+qc_status ac_ids(const ac_ctx *c, qc_actual_case *ac, qc_layout layout, hid_t loc,
+                 const char *locpath, const char *rel, int32_t **out, int *n);
+
+#endif /* QC_ACTUAL_INTERNAL_H */

@@ -1,0 +1,31 @@
+/* qc_diff_internal.h — what the parts of `qwen-conform diff` share (harness-private):
+ *   qc_cmd_diff.c     the command line, file / directory pairing, the report
+ *   qc_diff_file.c    one GOLDEN x ACTUAL pair: provenance, coverage, the cases
+ *   qc_diff_checks.c  the checks of one case (inputs, logits, argmax, hidden, states, decode)
+ *   qc_actual_read.c  reading the ACTUAL file (qc_actual.h)
+ */
+#ifndef QC_DIFF_INTERNAL_H
+#define QC_DIFF_INTERNAL_H
+
+#include <regex.h>
+
+#include "qc_actual.h"
+#include "qc_check_internal.h"
+
+typedef struct {
+    const char *label;     /* the runtime's name in the reports (--label) */
+    qc_layout layout;      /* --layout */
+    int has_cases;         /* --cases given */
+    regex_t cases;         /* compiled --cases (POSIX extended) */
+    int compared;          /* cases compared so far (0 at the end: nothing checked) */
+} diff_opts;
+
+/* One GOLDEN x ACTUAL pair: every row into c->res (c->g, c->cfg, c->stem are set here). */
+void qd_file(ctx *c, diff_opts *d, const char *golden_path, const char *actual_path,
+             const char *stem);
+
+/* The checks of one case: golden case gc (loaded) against ACTUAL case ac (loaded). */
+void qd_case(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
+             const qc_actual_case *ac);
+
+#endif /* QC_DIFF_INTERNAL_H */
