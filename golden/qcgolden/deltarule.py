@@ -41,17 +41,23 @@ def chunked(q, k, v, g, beta, S0, chunk=CHUNK):
     v_beta = v * beta[..., None]
     k_beta = k * beta[..., None]
     q, k, v_beta, k_beta = (x.reshape(nv, n, chunk, -1) for x in (q, k, v_beta, k_beta))
-    gam = g.reshape(nv, n, chunk).cumsum(-1)                    # gamma_r = sum_{s<=r} g_s
+    # gamma_r = sum_{s<=r} g_s, always summed in float64 (no-op for the float64 golden): in a
+    # float32 run a chunk of huge decays (|gamma| ~ 1e5, the hazard fixture) would otherwise
+    # lose every digit of gamma_r - gamma_c. The C kernels do the same (QC_REF_DN_GAMMA_EXACT);
+    # HF's float32 torch_chunk_gated_delta_rule does not. Every exp() below is cast back.
+    dt = q.dtype
+    gam = g.reshape(nv, n, chunk).to(torch.float64).cumsum(-1)
 
     lower = torch.ones(chunk, chunk, dtype=torch.bool).tril()   # s <= r
-    D = torch.exp((gam[..., :, None] - gam[..., None, :]).masked_fill(~lower, float("-inf")))
+    D = torch.exp((gam[..., :, None] - gam[..., None, :])
+                  .masked_fill(~lower, float("-inf"))).to(dt)
 
     A = (k_beta @ k.transpose(-1, -2)) * D                      # [nv, n, C, C]
     eye = torch.eye(chunk, dtype=q.dtype)
     Tm = torch.linalg.solve_triangular(eye + A.tril(-1), eye.expand_as(A),
                                       upper=False, unitriangular=True)  # (I + strict_lower(A))^-1
     U = Tm @ v_beta                                             # new values
-    W = Tm @ (k_beta * torch.exp(gam)[..., None])               # k_cumdecay
+    W = Tm @ (k_beta * torch.exp(gam).to(dt)[..., None])        # k_cumdecay
 
     S = S0.clone()
     out = []
@@ -59,9 +65,9 @@ def chunked(q, k, v, g, beta, S0, chunk=CHUNK):
         qi, ki, gi = q[:, i], k[:, i], gam[:, i]
         attn = (qi @ ki.transpose(-1, -2) * D[:, i]).tril()     # incl. diagonal
         vn = U[:, i] - W[:, i] @ S
-        out.append((qi * torch.exp(gi)[..., None]) @ S + attn @ vn)
+        out.append((qi * torch.exp(gi).to(dt)[..., None]) @ S + attn @ vn)
         last = gi[:, -1]
-        S = S * torch.exp(last)[:, None, None] + \
-            (ki * torch.exp(last[:, None] - gi)[..., None]).transpose(-1, -2) @ vn
+        S = S * torch.exp(last).to(dt)[:, None, None] + \
+            (ki * torch.exp(last[:, None] - gi).to(dt)[..., None]).transpose(-1, -2) @ vn
     o = torch.cat(out, dim=1)[:, :T]                            # [nv, T, dv]
     return o.transpose(0, 1).contiguous(), S

@@ -4,13 +4,18 @@ float64 goldens, its kernel options and state handling, and the mutants' injecte
 Measured (torch 1.13, one thread; every case, history + prompt + teacher-forced decode), max
 |float32 adapter - float64 golden| of the logits, and that over max |golden logit|:
 
-    fixture                   max abs   normwise rel   hidden    state
-    tiny-bf16-gva-nested      9.2e-05   2.1e-05        7.4e-05   4.8e-05
-    tiny-f16-sharded          5.7e-05   1.7e-05        5.3e-05   5.1e-05
-    tiny-f32-tied-flat        9.9e-05   2.1e-05        8.7e-05   9.5e-05
-    tiny-legacy-packed        1.2e-04   3.0e-05        1.5e-04   1.6e-04
-    tiny-rope-legacy-8layer   3.6e-04   8.9e-05        4.6e-04   3.1e-04   (8 layers, r = 3)
+    fixture                   max abs   normwise rel
+    tiny-bf16-gva-nested      5.6e-05   1.2e-05
+    tiny-f16-sharded          5.5e-05   1.7e-05
+    tiny-f32-tied-flat        9.6e-05   2.1e-05
+    tiny-hazard-decay         2.1e-04   4.7e-05   (decays from 1 - 1e-7 down to 6.5e-12 and below)
+    tiny-legacy-packed        1.2e-04   3.0e-05
+    tiny-long-decode          1.4e-04   3.2e-05   (2048 decode steps)
+    tiny-rope-legacy-8layer   2.8e-04   7.1e-05   (8 layers, r = 3)
 
+(measured after the chunked kernel's cumulative decay moved to float64, see
+golden/qcgolden/deltarule.py: before it the float32 adapter was 6.7e-3 off between its chunked
+and recurrent kernels on tiny-hazard-decay/len130.)
 The C float32 reference backend measures 2.4e-4 on the same worst case
 (fixtures/tolerances-measurements.json), so this is ordinary float32 noise. Bounds asserted:
 LOGITS_MAX_ABS 5e-4 (1.4 x the worst measurement, half the harness's logits atol) and
@@ -97,8 +102,10 @@ def test_hidden_and_states_match(fixture):
 @pytest.mark.parametrize("fixture", FIXTURE_NAMES)
 def test_chunked_equals_recurrent(fixture):
     rt = adapter(fixture)
-    for name in ("len065", "len130", "cont"):
-        c = case(fixture, name)
+    cases = {c.name: c for c in golden.read(os.path.join(FIXTURES, fixture, "golden.h5")).cases}
+    names = [n for n in ("len065", "len130", "cont") if n in cases] or sorted(cases)[:1]
+    for name in names:
+        c = cases[name]
         rt.set_option("dn_kernel", "chunked")
         a = golden.run_case(rt, c, hidden=False, state=False)
         rt.set_option("dn_kernel", "recurrent")
