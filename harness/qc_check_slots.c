@@ -177,9 +177,14 @@ void ck_dump_actual(ctx *c, const qc_golden *g, qc_golden_case *cases, int n, co
     d->cases = cases;
     qc_err err;
     qc_err_clear(&err);
-    if (qc_golden_write(path, d, &err) != QC_OK)
+    if (qc_golden_write(path, d, &err) != QC_OK) {
+        /* an ERROR row: the run exits 2 and every report says why (the other reports are
+         * still written) */
         fprintf(stderr, "qwen-conform: --dump-actual: %s\n", err.msg);
-    else if (!c->o->quiet)
+        char k[sizeof err.msg + 32];
+        snprintf(k, sizeof k, "--dump-actual: %s", err.msg);
+        ck_emit_simple(c, "_model", "-", "-", "dump_actual", QC_VERDICT_ERROR, k, NULL);
+    } else if (!c->o->quiet)
         fprintf(stderr, "qwen-conform: wrote actual tensors to %s\n", path);
     free(d);
 }

@@ -24,5 +24,6 @@ int qc_cmd_policy(int argc, char **argv);    /* qwen-conform policy --print [--p
 int qc_cmd_bench(int argc, char **argv);     /* qwen-conform bench --synthetic 0.8b ... */
 int qc_cmd_adapter_serve(int argc, char **argv); /* qwen-conform adapter-serve PLUGIN.so[,k=v] */
 int qc_cmd_drift_svg(int argc, char **argv);  /* qwen-conform drift-svg REPORT.json --out F.svg */
+int qc_cmd_export_inputs(int argc, char **argv); /* qwen-conform export-inputs GOLDEN|DIR --out DIR */
 
 #endif /* QC_CLI_H */

@@ -3,10 +3,12 @@
  *
  *   qwen-conform record --model DIR (--tokens 1,2,3 | --tokens-file F) [--decode N]
  *       [--history 1,2,3 | --history-file F]   (a continuation: replayed at positions 0..P-1)
- *       [--backend reference|optimized] [--threads T] [--dn-kernel chunked|recurrent]
+ *       [--backend SPEC] [--threads T] [--dn-kernel chunked|recurrent]
  *       [--chunk-size N] [--case NAME] [--description TEXT] [--max-memory SIZE] [--no-hidden]
  *       [--profile F.json] [--static|--dynamic] [--no-kv-cache] [--max-seq-len N]
  *       [--max-context-len N] --out F.h5 [--force]
+ *   qwen-conform record --like GOLDEN.h5 [--backend SPEC] [--static|--dynamic|--no-kv-cache]
+ *       [--no-hidden] --out ACTUAL.h5      (every case of a golden; qc_cmd_record_like.c)
  *
  * Every error is one line "qwen-conform record: <file or flag>: <field>: ..." and exit code 2;
  * the output is written to a temp file and renamed (qc_outpath), so a failure never leaves a
@@ -27,6 +29,7 @@
 #include "qc/qc_sha256.h"
 #include "qc_cli.h"
 #include "qc_cli_common.h"
+#include "qc_cmd_record_internal.h"
 #include "qc_golden.h"
 #include "qc_outpath.h"
 #include "qc_registry.h"
@@ -36,7 +39,12 @@
 #define QC_VERSION "0.0.0"
 #endif
 
-static const char *PROG = "qwen-conform record";
+const char *const QC_RECORD_PROG = "qwen-conform record";
+#define PROG QC_RECORD_PROG
+
+/* ===================================================================================== */
+/* usage                                                                                 */
+/* ===================================================================================== */
 
 static void record_usage(FILE *f) {
     fprintf(f,
@@ -44,13 +52,21 @@ static void record_usage(FILE *f) {
             "       qwen-conform record --synthetic 0.8b|2b|4b|9b [--dtype bf16|f32|f16] [--seed S] ...\n"
             "                                   (real Qwen3.5 dimensions, seeded random weights made\n"
             "                                   in memory; model_path \"synthetic:...\" in the output)\n"
+            "       qwen-conform record --like GOLDEN.h5 --out ACTUAL.h5 [--backend SPEC]\n"
+            "                                   every case of GOLDEN on its inputs (history, prompt,\n"
+            "                                   teacher-forced decode/tokens, the case's max_seq_len;\n"
+            "                                   dynamic prefill unless --static / --no-kv-cache), one\n"
+            "                                   ACTUAL with the same cases: `qwen-conform diff GOLDEN\n"
+            "                                   ACTUAL` pairs every case. The model: the golden's\n"
+            "                                   model_path, or --model DIR\n"
             "         [--decode N]              greedy decode steps after the prompt (default 0)\n"
             "         [--decode-tokens 1,2,3]   teacher-forced decode: feed these tokens instead\n"
             "                                   of the greedy choices (sets N; e.g. a golden's\n"
             "                                   decode/tokens, for `qwen-conform diff`)\n"
             "         [--history 1,2,3 | --history-file F]  tokens already consumed at positions\n"
             "                                   0..P-1 (the case then starts at start_pos P)\n"
-            "         [--backend reference|optimized] [--threads T]\n"
+            "         [--backend SPEC] [--threads T]  reference (default), optimized, or any\n"
+            "                                   --backend of `check` (plugin:..., exec:..., ...)\n"
             "         [--dn-kernel chunked|recurrent] [--chunk-size N]\n"
             "         [--case NAME] [--description TEXT] [--max-memory SIZE]\n"
             "         [--no-hidden]             skip prefill/hidden (backends without a trace hook)\n"
@@ -64,113 +80,90 @@ static void record_usage(FILE *f) {
             "profile set it.\n%s", qc_outpath_help);
 }
 
-/* Parsed command line. */
-typedef struct {
-    const char *model;       /* --model DIR */
-    const char *synthetic;   /* --synthetic 0.8b|2b|4b|9b (instead of --model), or NULL */
-    const char *dtype;       /* --dtype bf16|f32|f16 for --synthetic (default bf16) */
-    long seed;               /* --seed for --synthetic (default 1) */
-    const char *tokens;      /* --tokens list, or NULL */
-    const char *tokens_file; /* --tokens-file F, or NULL */
-    const char *history;     /* --history list, or NULL */
-    const char *history_file; /* --history-file F, or NULL */
-    const char *decode_tokens; /* --decode-tokens list (teacher-forced decode), or NULL */
-    const char *out;         /* --out F.h5 */
-    const char *backend;     /* --backend (default "reference") */
-    const char *case_name;   /* --case (default "case0") */
-    const char *description; /* --description, or NULL */
-    const char *max_memory;  /* --max-memory SIZE, or NULL (machine's available memory) */
-    int n_decode;            /* --decode N */
-    int threads;             /* --threads T (0 = OpenMP default) */
-    int chunk_size;          /* --chunk-size N (0 = backend default) */
-    int dn_kernel;           /* -1 default, else qc_dn_kernel */
-    int no_hidden;           /* --no-hidden: do not capture prefill/hidden */
-    int force;               /* --force: an existing --out may be replaced */
-    qc_cli_profile pf;       /* profile flags */
-} record_args;
+/* ===================================================================================== */
+/* command line                                                                          */
+/* ===================================================================================== */
 
-static qc_status parse_args(int argc, char **argv, record_args *a, int *help, qc_err *err) {
-    memset(a, 0, sizeof *a);
-    a->backend = "reference";
-    a->case_name = "case0";
-    a->dn_kernel = -1;
-    a->dtype = "bf16";
-    a->seed = 1;
-    qc_cli_profile_init(&a->pf);
-    qc_argp p;
-    qc_argp_init(&p, PROG, argc, argv);
-    qc_status st = QC_OK;
-    while (st == QC_OK && qc_argp_next(&p)) {
-        if (qc_cli_profile_flag(&p, &a->pf, &st, err)) continue;
-        if (qc_argp_is(&p, "--help") || qc_argp_is(&p, "-h")) {
-            *help = 1;
-            return QC_OK;
-        } else if (qc_argp_is(&p, "--model")) {
-            st = qc_argp_value(&p, &a->model, err);
-        } else if (qc_argp_is(&p, "--synthetic")) {
-            st = qc_argp_value(&p, &a->synthetic, err);
-        } else if (qc_argp_is(&p, "--dtype")) {
-            st = qc_argp_value(&p, &a->dtype, err);
-        } else if (qc_argp_is(&p, "--seed")) {
-            int sd = 0;
-            st = qc_argp_int(&p, 0, 1 << 30, &sd, err);
-            a->seed = sd;
-        } else if (qc_argp_is(&p, "--tokens")) {
-            st = qc_argp_value(&p, &a->tokens, err);
-        } else if (qc_argp_is(&p, "--tokens-file")) {
-            st = qc_argp_value(&p, &a->tokens_file, err);
-        } else if (qc_argp_is(&p, "--history")) {
-            st = qc_argp_value(&p, &a->history, err);
-        } else if (qc_argp_is(&p, "--decode-tokens")) {
-            st = qc_argp_value(&p, &a->decode_tokens, err);
-        } else if (qc_argp_is(&p, "--history-file")) {
-            st = qc_argp_value(&p, &a->history_file, err);
-        } else if (qc_argp_is(&p, "--out")) {
-            st = qc_argp_value(&p, &a->out, err);
-        } else if (qc_argp_is(&p, "--backend")) {
-            st = qc_argp_value(&p, &a->backend, err);
-            if (!st && strcmp(a->backend, "reference") && strcmp(a->backend, "optimized"))
-                st = qc_errf(err, QC_ERR_ARG,
-                             "--backend: '%s' is not a backend (reference or optimized)",
-                             a->backend);
-        } else if (qc_argp_is(&p, "--case")) {
-            st = qc_argp_value(&p, &a->case_name, err);
-        } else if (qc_argp_is(&p, "--description")) {
-            st = qc_argp_value(&p, &a->description, err);
-        } else if (qc_argp_is(&p, "--max-memory")) {
-            st = qc_argp_value(&p, &a->max_memory, err);
-        } else if (qc_argp_is(&p, "--no-hidden")) {
-            st = qc_argp_bool(&p, err);
-            a->no_hidden = 1;
-        } else if (qc_argp_is(&p, "--force")) {
-            st = qc_argp_bool(&p, err);
-            a->force = 1;
-        } else if (qc_argp_is(&p, "--decode")) {
-            st = qc_argp_int(&p, 0, 1 << 24, &a->n_decode, err);
-        } else if (qc_argp_is(&p, "--threads")) {
-            st = qc_argp_int(&p, 0, 4096, &a->threads, err);
-        } else if (qc_argp_is(&p, "--chunk-size")) {
-            st = qc_argp_int(&p, 1, 1 << 20, &a->chunk_size, err);
-        } else if (qc_argp_is(&p, "--dn-kernel")) {
-            const char *k = NULL;
-            st = qc_argp_value(&p, &k, err);
-            if (!st) {
-                if (strcmp(k, "chunked") == 0)
-                    a->dn_kernel = QC_DN_CHUNKED;
-                else if (strcmp(k, "recurrent") == 0)
-                    a->dn_kernel = QC_DN_RECURRENT;
-                else
-                    st = qc_errf(err, QC_ERR_ARG,
-                                 "--dn-kernel: '%s' is not a kernel (chunked or recurrent)", k);
-            }
-        } else {
-            st = qc_argp_unknown(&p, err);
-        }
-    }
+static qc_status parse_kernel(qc_argp *p, record_args *a, qc_err *err) {
+    const char *k = NULL;
+    qc_status st = qc_argp_value(p, &k, err);
     if (st) return st;
+    if (strcmp(k, "chunked") == 0) a->dn_kernel = QC_DN_CHUNKED;
+    else if (strcmp(k, "recurrent") == 0) a->dn_kernel = QC_DN_RECURRENT;
+    else
+        return qc_errf(err, QC_ERR_ARG, "--dn-kernel: '%s' is not a kernel (chunked or recurrent)",
+                       k);
+    return QC_OK;
+}
+
+/* One argument (and its value). */
+static qc_status parse_one(qc_argp *p, record_args *a, int *help, qc_err *err) {
+    qc_status st = QC_OK;
+    if (qc_cli_profile_flag(p, &a->pf, &st, err)) return st;
+    if (qc_argp_is(p, "--help") || qc_argp_is(p, "-h")) *help = 1;
+    else if (qc_argp_is(p, "--model")) st = qc_argp_value(p, &a->model, err);
+    else if (qc_argp_is(p, "--synthetic")) st = qc_argp_value(p, &a->synthetic, err);
+    else if (qc_argp_is(p, "--dtype")) st = qc_argp_value(p, &a->dtype, err);
+    else if (qc_argp_is(p, "--like")) st = qc_argp_value(p, &a->like, err);
+    else if (qc_argp_is(p, "--tokens")) st = qc_argp_value(p, &a->tokens, err);
+    else if (qc_argp_is(p, "--tokens-file")) st = qc_argp_value(p, &a->tokens_file, err);
+    else if (qc_argp_is(p, "--history")) st = qc_argp_value(p, &a->history, err);
+    else if (qc_argp_is(p, "--history-file")) st = qc_argp_value(p, &a->history_file, err);
+    else if (qc_argp_is(p, "--decode-tokens")) st = qc_argp_value(p, &a->decode_tokens, err);
+    else if (qc_argp_is(p, "--out")) st = qc_argp_value(p, &a->out, err);
+    else if (qc_argp_is(p, "--backend")) st = qc_argp_value(p, &a->backend, err);
+    else if (qc_argp_is(p, "--description")) st = qc_argp_value(p, &a->description, err);
+    else if (qc_argp_is(p, "--max-memory")) st = qc_argp_value(p, &a->max_memory, err);
+    else if (qc_argp_is(p, "--case")) {
+        st = qc_argp_value(p, &a->case_name, err);
+        a->case_given = 1;
+    } else if (qc_argp_is(p, "--seed")) {
+        int sd = 0;
+        st = qc_argp_int(p, 0, 1 << 30, &sd, err);
+        a->seed = sd;
+    } else if (qc_argp_is(p, "--no-hidden")) {
+        st = qc_argp_bool(p, err);
+        a->no_hidden = 1;
+    } else if (qc_argp_is(p, "--force")) {
+        st = qc_argp_bool(p, err);
+        a->force = 1;
+    } else if (qc_argp_is(p, "--decode")) st = qc_argp_int(p, 0, 1 << 24, &a->n_decode, err);
+    else if (qc_argp_is(p, "--threads")) st = qc_argp_int(p, 0, 4096, &a->threads, err);
+    else if (qc_argp_is(p, "--chunk-size")) st = qc_argp_int(p, 1, 1 << 20, &a->chunk_size, err);
+    else if (qc_argp_is(p, "--dn-kernel")) st = parse_kernel(p, a, err);
+    else st = qc_argp_unknown(p, err);
+    return st;
+}
+
+/* --like takes every input from the golden: the per-case flags are refused with it. */
+static qc_status check_like_args(const record_args *a, qc_err *err) {
+    const char *clash = a->synthetic ? "--synthetic" : a->tokens ? "--tokens"
+                        : a->tokens_file ? "--tokens-file" : a->history ? "--history"
+                        : a->history_file ? "--history-file"
+                        : a->decode_tokens ? "--decode-tokens" : a->n_decode ? "--decode"
+                        : a->case_given ? "--case" : a->description ? "--description"
+                        : a->pf.profile_path ? "--profile" : a->pf.max_seq_len ? "--max-seq-len"
+                        : a->pf.max_context_len ? "--max-context-len" : NULL;
+    if (clash)
+        return qc_errf(err, QC_ERR_ARG,
+                       "%s: not with --like (the golden's cases give the model's inputs and "
+                       "lengths; only --static / --dynamic / --no-kv-cache choose the prefill)",
+                       clash);
+    if (!a->out) return qc_errf(err, QC_ERR_ARG, "--out: required (the ACTUAL .h5 to write)");
+    return QC_OK;
+}
+
+static qc_status check_args(const record_args *a, qc_err *err) {
+    qc_runtime_spec rs;
+    qc_status st = qc_registry_parse(a->backend, 0, &rs, err);
+    if (st) return st;
+    if (!strcmp(a->backend, "all"))
+        return qc_errf(err, QC_ERR_ARG, "--backend: 'all' is for check (record runs one backend)");
+    if (a->like) return check_like_args(a, err);
     if (!a->model == !a->synthetic)
         return qc_errf(err, QC_ERR_ARG,
-                       "--model: give exactly one of --model DIR and --synthetic 0.8b|2b|4b|9b");
+                       "--model: give exactly one of --model DIR, --synthetic 0.8b|2b|4b|9b and "
+                       "--like GOLDEN.h5");
     if (!a->tokens == !a->tokens_file)
         return qc_errf(err, QC_ERR_ARG, "--tokens: give exactly one of --tokens and --tokens-file");
     if (a->history && a->history_file)
@@ -189,14 +182,301 @@ static qc_status parse_args(int argc, char **argv, record_args *a, int *help, qc
     return QC_OK;
 }
 
-/* The model's config.json text, exactly as stored (for the config_json attribute). */
-static qc_status read_config_text(const qc_model *m, char **text, qc_err *err) {
+static qc_status parse_args(int argc, char **argv, record_args *a, int *help, qc_err *err) {
+    memset(a, 0, sizeof *a);
+    a->backend = "reference";
+    a->case_name = "case0";
+    a->dn_kernel = -1;
+    a->dtype = "bf16";
+    a->seed = 1;
+    qc_cli_profile_init(&a->pf);
+    qc_argp p;
+    qc_argp_init(&p, PROG, argc, argv);
+    qc_status st = QC_OK;
+    while (st == QC_OK && !*help && qc_argp_next(&p)) st = parse_one(&p, a, help, err);
+    if (st || *help) return st;
+    return check_args(a, err);
+}
+
+/* ===================================================================================== */
+/* shared with --like (qc_cmd_record_internal.h)                                         */
+/* ===================================================================================== */
+
+/* Tokens per forward call the profile's strategy uses. */
+int qc_record_max_tokens(const qc_profile *prof) {
+    qc_mode mode = qc_profile_mode(prof);
+    if (mode == QC_MODE_NOKV) return prof->max_context_len;
+    if (mode == QC_MODE_DYNAMIC)
+        return prof->max_seq_len < prof->max_context_len ? prof->max_seq_len
+                                                         : prof->max_context_len;
+    return 1;
+}
+
+void qc_record_backend_opts(const record_args *a, int max_tokens, qc_backend_opts *o) {
+    qc_backend_opts_default(o);
+    o->max_tokens = max_tokens;
+    o->n_threads = a->threads;
+    if (a->chunk_size > 0) o->chunk_size = a->chunk_size;
+    if (a->dn_kernel >= 0) o->dn_kernel = (qc_dn_kernel)a->dn_kernel;
+}
+
+qc_status qc_record_make_backend(const record_args *a, const char *model_dir,
+                                 const qc_model *model, const qc_backend_opts *o,
+                                 qc_backend **be, qc_err *err) {
+    qc_runtime_spec rs;
+    qc_status st;
+    if ((st = qc_registry_parse(a->backend, 0, &rs, err)) ||
+        (st = qc_registry_preflight(&rs, err)) ||
+        (st = qc_registry_create(&rs, model_dir, model, o, be, err)))
+        qc_err_prefix(err, st, "--backend %s", a->backend);
+    return st;
+}
+
+qc_status qc_record_config_text(const qc_model *m, char **text, qc_err *err) {
     char path[1200];
     size_t len = 0;
     snprintf(path, sizeof path, "%s/config.json", m->dir);
     return qc_cli_read_file(path, text, &len, err);
 }
 
+qc_status qc_record_provenance(const record_args *a, const qc_model *model,
+                               char *config_text, qc_golden *g, qc_err *err) {
+    memset(g, 0, sizeof *g);
+    g->schema_version = QC_GOLDEN_SCHEMA_VERSION;
+    snprintf(g->generator, sizeof g->generator, "qwen-conform record %s (%s)", QC_VERSION,
+             a->backend);
+    snprintf(g->compute_dtype, sizeof g->compute_dtype, "float32");
+    g->seed = -1;
+    if (a->synthetic) {
+        /* no files: the config hash is of the config_json written here; the "weights hash"
+         * identifies the generator and its seed (qc_model_synthetic is deterministic) */
+        char ident[160];
+        snprintf(g->model_path, sizeof g->model_path, "synthetic:%s:%s:seed%ld", a->synthetic,
+                 a->dtype, a->seed);
+        snprintf(ident, sizeof ident, "qc_model_synthetic:%s:%s:seed%ld", a->synthetic,
+                 a->dtype, a->seed);
+        qc_sha256_buf_hex(config_text, strlen(config_text), g->config_sha256);
+        qc_sha256_buf_hex(ident, strlen(ident), g->weights_sha256);
+    } else {
+        char outdir[4096];
+        qc_cli_dirname(a->out, outdir, sizeof outdir);
+        qc_status st = qc_cli_relpath(model->dir, outdir, g->model_path, sizeof g->model_path,
+                                      err);
+        if (st) return st;
+        snprintf(g->config_sha256, sizeof g->config_sha256, "%s", model->config_sha256);
+        snprintf(g->weights_sha256, sizeof g->weights_sha256, "%s", model->weights_sha256);
+    }
+    g->config_json = config_text;
+    g->cfg = model->cfg;
+    return QC_OK;
+}
+
+/* The exit code of a failed run: 1 (a FAIL) when the runtime under test failed, else 2. */
+int qc_record_fail(const qc_err *err) {
+    if (err->code != QC_ERR_RUNTIME) return qc_cli_fail(PROG, err);
+    fprintf(stderr, "%s: FAIL: %s\n", PROG, err->msg);
+    return QC_EXIT_FAIL;
+}
+
+/* ===================================================================================== */
+/* one case from the command line                                                        */
+/* ===================================================================================== */
+
+typedef struct {
+    int32_t *tokens, *history, *forced;
+    int n_tokens, n_history, n_forced;
+    const char *tok_src, *hist_src;  /* names of the token sources in messages */
+    char hist_txt[64];               /* "history P + " or "" */
+    qc_profile prof;
+    qc_config cfg;
+    qc_dtype syn_dtype;
+    qc_model *model;
+    qc_backend *be;
+    char *config_text;
+    qc_golden_case gc;
+    int have_case;
+    qc_memplan plan;
+} one_run;
+
+/* The output (valid, not an input, not an existing file unless --force): before any work. */
+static qc_status verify_outputs(const record_args *a, qc_err *err) {
+    qc_outpath_reset();
+    if (a->model) qc_outpath_add_model_dir(a->model, "--model");
+    qc_outpath_add_input(a->tokens_file, "--tokens-file");
+    qc_outpath_add_input(a->history_file, "--history-file");
+    qc_outpath_add_input(a->pf.profile_path, "--profile");
+    qc_outpath_add_output(a->out, "--out",
+                          QC_OUT_REGULAR | QC_OUT_NO_CLOBBER | (a->force ? QC_OUT_FORCE : 0));
+    return qc_outpath_verify(err);
+}
+
+/* The prompt, the history and the teacher-forced decode tokens. */
+static qc_status read_inputs(record_args *a, one_run *r, qc_err *err) {
+    qc_status st = a->tokens_file
+                       ? qc_cli_read_tokens_file(a->tokens_file, &r->tokens, &r->n_tokens, err)
+                       : qc_cli_parse_tokens(a->tokens, "--tokens", &r->tokens, &r->n_tokens, err);
+    if (st) return st;
+    if (r->n_tokens == 0) return qc_errf(err, QC_ERR_ARG, "%s: empty prompt (no token ids)", r->tok_src);
+    if (a->history || a->history_file) {
+        st = a->history_file
+                 ? qc_cli_read_tokens_file(a->history_file, &r->history, &r->n_history, err)
+                 : qc_cli_parse_tokens(a->history, "--history", &r->history, &r->n_history, err);
+        if (st) return st;
+        if (r->n_history == 0)
+            return qc_errf(err, QC_ERR_ARG, "%s: empty history (no token ids)", r->hist_src);
+        snprintf(r->hist_txt, sizeof r->hist_txt, "history %d + ", r->n_history);
+    }
+    if (a->decode_tokens) {
+        if ((st = qc_cli_parse_tokens(a->decode_tokens, "--decode-tokens", &r->forced,
+                                      &r->n_forced, err)))
+            return st;
+        if (r->n_forced == 0) return qc_errf(err, QC_ERR_ARG, "--decode-tokens: empty list");
+        a->n_decode = r->n_forced;
+    }
+    return QC_OK;
+}
+
+/* The profile, max_context_len defaulting to what the case needs. */
+static qc_status plan_context(const record_args *a, one_run *r, qc_err *err) {
+    int ctx_given = 0;
+    qc_status st = qc_cli_profile_finish(&a->pf, &r->prof, &ctx_given, err);
+    if (st) return st;
+    long need = (long)r->n_history + r->n_tokens + a->n_decode;
+    if (!ctx_given) {
+        if (need > (1L << 24))
+            return qc_errf(err, QC_ERR_RANGE, "%s: %sprompt %d + decode %d positions: too many",
+                           r->tok_src, r->hist_txt, r->n_tokens, a->n_decode);
+        r->prof.max_context_len = (int)need;
+    } else if (need > r->prof.max_context_len) {
+        const char *where = a->pf.max_context_len > 0 ? "--max-context-len" : a->pf.profile_path;
+        return qc_errf(err, QC_ERR_RANGE,
+                       "%s: max_context_len: %sprompt %d + decode %d = %ld positions exceed %d",
+                       where, r->hist_txt, r->n_tokens, a->n_decode, need,
+                       r->prof.max_context_len);
+    }
+    return QC_OK;
+}
+
+/* Config before weights (token ids and the memory plan need only the config), then the
+ * model: loaded from --model, or built in memory for --synthetic after its memory plan. */
+static qc_status load_model(const record_args *a, one_run *r, qc_err *err) {
+    qc_status st;
+    r->syn_dtype = QC_BF16;
+    if (a->synthetic) {
+        if ((st = qc_config_preset(a->synthetic, &r->cfg, err)))
+            return qc_err_prefix(err, st, "--synthetic");
+        if ((st = qc_dtype_parse(a->dtype, "--dtype", &r->syn_dtype, err))) return st;
+    } else {
+        struct stat sb;
+        if (stat(a->model, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return qc_errf(err, QC_ERR_IO, "%s: model directory: %s", a->model,
+                           stat(a->model, &sb) != 0 ? strerror(errno) : "not a directory");
+        if ((st = qc_config_load(a->model, &r->cfg, err))) return st;
+    }
+    int V = r->cfg.vocab_size;
+    if ((st = qc_cli_check_tokens(r->tokens, r->n_tokens, V, r->tok_src, err)) ||
+        (st = qc_cli_check_tokens(r->history, r->n_history, V, r->hist_src, err)) ||
+        (st = qc_cli_check_tokens(r->forced, r->n_forced, V, "--decode-tokens", err)))
+        return st;
+    /* the position limit before any work: a huge token list is refused now, not after a run */
+    long need = (long)r->n_history + r->n_tokens + a->n_decode;
+    if (need > qc_golden_max_positions(&r->cfg))
+        return qc_errf(err, QC_ERR_RANGE, "%s: %sprompt %d + decode %d = %ld positions, more "
+                       "than %d (max_position_embeddings of the config, capped)", r->tok_src,
+                       r->hist_txt, r->n_tokens, a->n_decode, need,
+                       qc_golden_max_positions(&r->cfg));
+    if (!a->synthetic) return qc_model_load(a->model, &r->model, err);
+    qc_memplan_req rq0;
+    qc_memplan_req_init(&rq0, &r->cfg, r->syn_dtype, r->prof.max_context_len, 1);
+    if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, &rq0, err)))
+        return st;
+    if ((st = qc_memplan_enforce(&rq0, a->max_memory, "memory", NULL, err))) return st;
+    return qc_model_synthetic(&r->cfg, r->syn_dtype, (uint64_t)a->seed, &r->model, err);
+}
+
+/* Refuse cleanly instead of being killed (weights + backend + state + what we keep), then
+ * create the backend. */
+static qc_status make_backend(const record_args *a, one_run *r, qc_err *err) {
+    qc_backend_opts o;
+    int max_tokens = qc_record_max_tokens(&r->prof);
+    qc_record_backend_opts(a, max_tokens, &o);
+    qc_memplan_req rq;
+    qc_memplan_req_init(&rq, &r->model->cfg, r->model->embed.dtype, r->prof.max_context_len,
+                        max_tokens);
+    qc_status st;
+    if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, &rq, err)))
+        return st;
+    rq.weight_bytes = qc_model_weight_bytes(r->model);
+    rq.n_logit_rows = r->n_tokens + a->n_decode;
+    rq.nokv = qc_profile_mode(&r->prof) == QC_MODE_NOKV;
+    rq.n_hidden_tokens = a->no_hidden ? 0 : r->n_tokens;
+    rq.n_state_copies = a->n_decode > 0 ? 2 : 1;
+    if ((st = qc_memplan_enforce(&rq, a->max_memory, "memory", &r->plan, err))) return st;
+    if ((st = qc_record_make_backend(a, a->model, r->model, &o, &r->be, err))) return st;
+    if (a->synthetic) return qc_config_to_json(&r->model->cfg, &r->config_text, err);
+    return qc_record_config_text(r->model, &r->config_text, err);
+}
+
+/* Run the case and write the one-case golden. */
+static qc_status run_and_write(const record_args *a, one_run *r, qc_err *err) {
+    qc_case_input in;
+    memset(&in, 0, sizeof in);
+    in.history = r->history;
+    in.n_history = r->n_history;
+    in.tokens = r->tokens;
+    in.n_tokens = r->n_tokens;
+    in.n_decode = a->n_decode;
+    in.forced = r->forced;
+    in.capture_hidden = !a->no_hidden;
+    qc_status st = qc_run_case(r->be, &r->prof, a->case_name, &in, &r->gc, err);
+    if (st) return st;
+    r->have_case = 1;
+    char pstr[128];
+    if (a->description)
+        snprintf(r->gc.description, sizeof r->gc.description, "%s", a->description);
+    else
+        snprintf(r->gc.description, sizeof r->gc.description,
+                 "recorded by qwen-conform record: %s%d prompt tokens, %d greedy decode steps, %s "
+                 "prefill, %s backend", r->hist_txt, r->n_tokens, a->n_decode,
+                 qc_cli_profile_str(&r->prof, pstr, sizeof pstr), a->backend);
+    qc_golden g;
+    if ((st = qc_record_provenance(a, r->model, r->config_text, &g, err))) return st;
+    g.n_cases = 1;
+    g.cases = &r->gc;
+    return qc_golden_write(a->out, &g, err);
+}
+
+static void print_summary(const record_args *a, const one_run *r) {
+    const qc_golden_case *gc = &r->gc;
+    float min_margin = 0;
+    for (int s = 0; s < gc->n_decode; s++)
+        if (s == 0 || gc->decode_margins[s] < min_margin) min_margin = gc->decode_margins[s];
+    char pstr[128];
+    printf("%s: wrote %s: case %s, %s%d prompt tokens, %d decode steps", PROG, a->out,
+           gc->name, r->hist_txt, r->n_tokens, a->n_decode);
+    if (gc->n_decode > 0) printf(" (min top1-top2 margin %.4g)", (double)min_margin);
+    printf(", %s, %s\n", qc_cli_profile_str(&r->prof, pstr, sizeof pstr),
+           r->be->describe ? r->be->describe(r->be) : r->be->name);
+    printf("%s: memory: peak resident %.2f GiB (planned %.2f GiB)\n", PROG,
+           qc_memplan_gib(qc_memplan_peak_rss()), qc_memplan_gib(r->plan.total));
+}
+
+static void free_run(one_run *r) {
+    if (r->have_case) qc_case_free(&r->model->cfg, &r->gc);
+    free(r->config_text);
+    qc_backend_destroy(r->be);
+    qc_model_free(r->model);
+    free(r->tokens);
+    free(r->history);
+    free(r->forced);
+}
+
+/* ===================================================================================== */
+/* entry point                                                                           */
+/* ===================================================================================== */
+
+/* qwen-conform record ...: exit code (0 written, 2 usage / I/O / format error, 1 when a
+ * runtime under test fails). */
 int qc_cmd_record(int argc, char **argv) {
     qc_err err;
     qc_err_clear(&err);
@@ -212,222 +492,16 @@ int qc_cmd_record(int argc, char **argv) {
         fprintf(stderr, "(run 'qwen-conform record --help' for usage)\n");
         return rc;
     }
-
-    int32_t *tokens = NULL, *history = NULL, *forced = NULL;
-    int n_tokens = 0, n_history = 0, n_forced = 0;
-    qc_model *model = NULL;
-    qc_backend *be = NULL;
-    char *config_text = NULL;
-    qc_golden_case gc;
-    memset(&gc, 0, sizeof gc);
-    int have_case = 0;
-    const char *tok_src = a.tokens_file ? a.tokens_file : "--tokens";
-    const char *hist_src = a.history_file ? a.history_file : "--history";
-
-    /* Cheap checks first: the output (valid, not an input, not an existing file unless
-     * --force), the prompt, the profile. */
+    if (a.like) return qc_record_like(&a);
+    one_run r;
+    memset(&r, 0, sizeof r);
+    r.tok_src = a.tokens_file ? a.tokens_file : "--tokens";
+    r.hist_src = a.history_file ? a.history_file : "--history";
+    if (!(st = verify_outputs(&a, &err)) && !(st = read_inputs(&a, &r, &err)) &&
+        !(st = plan_context(&a, &r, &err)) && !(st = load_model(&a, &r, &err)) &&
+        !(st = make_backend(&a, &r, &err)) && !(st = run_and_write(&a, &r, &err)))
+        print_summary(&a, &r);
+    free_run(&r);
     qc_outpath_reset();
-    if (a.model) qc_outpath_add_model_dir(a.model, "--model");
-    qc_outpath_add_input(a.tokens_file, "--tokens-file");
-    qc_outpath_add_input(a.history_file, "--history-file");
-    qc_outpath_add_input(a.pf.profile_path, "--profile");
-    qc_outpath_add_output(a.out, "--out",
-                          QC_OUT_REGULAR | QC_OUT_NO_CLOBBER | (a.force ? QC_OUT_FORCE : 0));
-    if ((st = qc_outpath_verify(&err))) goto done;
-    st = a.tokens_file ? qc_cli_read_tokens_file(a.tokens_file, &tokens, &n_tokens, &err)
-                       : qc_cli_parse_tokens(a.tokens, "--tokens", &tokens, &n_tokens, &err);
-    if (st) goto done;
-    if (n_tokens == 0) {
-        st = qc_errf(&err, QC_ERR_ARG, "%s: empty prompt (no token ids)", tok_src);
-        goto done;
-    }
-    if (a.history || a.history_file) {
-        st = a.history_file
-                 ? qc_cli_read_tokens_file(a.history_file, &history, &n_history, &err)
-                 : qc_cli_parse_tokens(a.history, "--history", &history, &n_history, &err);
-        if (st) goto done;
-        if (n_history == 0) {
-            st = qc_errf(&err, QC_ERR_ARG, "%s: empty history (no token ids)", hist_src);
-            goto done;
-        }
-    }
-    if (a.decode_tokens) {
-        if ((st = qc_cli_parse_tokens(a.decode_tokens, "--decode-tokens", &forced, &n_forced,
-                                      &err)))
-            goto done;
-        if (n_forced == 0) {
-            st = qc_errf(&err, QC_ERR_ARG, "--decode-tokens: empty list");
-            goto done;
-        }
-        a.n_decode = n_forced;
-    }
-    qc_profile prof;
-    int ctx_given = 0;
-    if ((st = qc_cli_profile_finish(&a.pf, &prof, &ctx_given, &err))) goto done;
-    long need = (long)n_history + n_tokens + a.n_decode;
-    char hist_txt[64] = "";
-    if (n_history > 0) snprintf(hist_txt, sizeof hist_txt, "history %d + ", n_history);
-    if (!ctx_given) {
-        if (need > (1L << 24)) {
-            st = qc_errf(&err, QC_ERR_RANGE, "%s: %sprompt %d + decode %d positions: too many",
-                         tok_src, hist_txt, n_tokens, a.n_decode);
-            goto done;
-        }
-        prof.max_context_len = (int)need;
-    } else if (need > prof.max_context_len) {
-        const char *where = a.pf.max_context_len > 0 ? "--max-context-len" : a.pf.profile_path;
-        st = qc_errf(&err, QC_ERR_RANGE,
-                     "%s: max_context_len: %sprompt %d + decode %d = %ld positions exceed %d",
-                     where, hist_txt, n_tokens, a.n_decode, need, prof.max_context_len);
-        goto done;
-    }
-
-    /* Config before weights: token ids and the memory plan need only the config. */
-    qc_config cfg;
-    qc_dtype syn_dtype = QC_BF16;
-    if (a.synthetic) {
-        if ((st = qc_config_preset(a.synthetic, &cfg, &err))) {
-            qc_err_prefix(&err, st, "--synthetic");
-            goto done;
-        }
-        if ((st = qc_dtype_parse(a.dtype, "--dtype", &syn_dtype, &err))) goto done;
-    } else {
-        struct stat sb;
-        if (stat(a.model, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            st = qc_errf(&err, QC_ERR_IO, "%s: model directory: %s", a.model,
-                         stat(a.model, &sb) != 0 ? strerror(errno) : "not a directory");
-            goto done;
-        }
-        if ((st = qc_config_load(a.model, &cfg, &err))) goto done;
-    }
-    if ((st = qc_cli_check_tokens(tokens, n_tokens, cfg.vocab_size, tok_src, &err))) goto done;
-    if ((st = qc_cli_check_tokens(history, n_history, cfg.vocab_size, hist_src, &err))) goto done;
-    if ((st = qc_cli_check_tokens(forced, n_forced, cfg.vocab_size, "--decode-tokens", &err)))
-        goto done;
-    if (a.synthetic) {
-        /* plan before building the weights in memory */
-        qc_memplan_req rq0;
-        qc_memplan_req_init(&rq0, &cfg, syn_dtype, prof.max_context_len, 1);
-        if ((st = qc_registry_memplan(a.backend, &rq0, &err)) ||
-            (st = qc_memplan_enforce(&rq0, a.max_memory, "memory", NULL, &err))) goto done;
-        if ((st = qc_model_synthetic(&cfg, syn_dtype, (uint64_t)a.seed, &model, &err))) goto done;
-    } else if ((st = qc_model_load(a.model, &model, &err))) {
-        goto done;
-    }
-
-    qc_backend_opts o;
-    qc_backend_opts_default(&o);
-    qc_mode mode = qc_profile_mode(&prof);
-    int max_tokens = mode == QC_MODE_NOKV ? prof.max_context_len
-                     : mode == QC_MODE_DYNAMIC
-                         ? (prof.max_seq_len < prof.max_context_len ? prof.max_seq_len
-                                                                    : prof.max_context_len)
-                         : 1;
-    o.max_tokens = max_tokens;
-    o.n_threads = a.threads;
-    if (a.chunk_size > 0) o.chunk_size = a.chunk_size;
-    if (a.dn_kernel >= 0) o.dn_kernel = (qc_dn_kernel)a.dn_kernel;
-
-    /* Refuse cleanly instead of being killed: weights + backend + state + what we keep. */
-    qc_memplan plan;
-    memset(&plan, 0, sizeof plan);
-    {
-        qc_memplan_req rq;
-        qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, prof.max_context_len,
-                            max_tokens);
-        if ((st = qc_registry_memplan(a.backend, &rq, &err))) goto done;
-        rq.weight_bytes = qc_model_weight_bytes(model);
-        rq.n_logit_rows = n_tokens + a.n_decode;
-        rq.nokv = mode == QC_MODE_NOKV;
-        rq.n_hidden_tokens = a.no_hidden ? 0 : n_tokens;
-        rq.n_state_copies = a.n_decode > 0 ? 2 : 1;
-        if ((st = qc_memplan_enforce(&rq, a.max_memory, "memory", &plan, &err))) goto done;
-    }
-    qc_runtime_spec rs;
-    if ((st = qc_registry_parse(a.backend, 0, &rs, &err)) ||
-        (st = qc_registry_create(&rs, a.model, model, &o, &be, &err))) {
-        qc_err_prefix(&err, st, "--backend %s", a.backend);
-        goto done;
-    }
-    if (a.synthetic) {
-        if ((st = qc_config_to_json(&model->cfg, &config_text, &err))) goto done;
-    } else if ((st = read_config_text(model, &config_text, &err))) {
-        goto done;
-    }
-
-    qc_case_input in;
-    memset(&in, 0, sizeof in);
-    in.history = history;
-    in.n_history = n_history;
-    in.tokens = tokens;
-    in.n_tokens = n_tokens;
-    in.n_decode = a.n_decode;
-    in.forced = forced;
-    in.capture_hidden = !a.no_hidden;
-    if ((st = qc_run_case(be, &prof, a.case_name, &in, &gc, &err))) goto done;
-    have_case = 1;
-    char pstr[128];
-    if (a.description)
-        snprintf(gc.description, sizeof gc.description, "%s", a.description);
-    else
-        snprintf(gc.description, sizeof gc.description,
-                 "recorded by qwen-conform record: %s%d prompt tokens, %d greedy decode steps, %s "
-                 "prefill, %s backend", hist_txt, n_tokens, a.n_decode,
-                 qc_cli_profile_str(&prof, pstr, sizeof pstr), a.backend);
-
-    /* Provenance + the one case. */
-    qc_golden g;
-    memset(&g, 0, sizeof g);
-    g.schema_version = QC_GOLDEN_SCHEMA_VERSION;
-    snprintf(g.generator, sizeof g.generator, "qwen-conform record %s (%s)", QC_VERSION,
-             a.backend);
-    g.torch_version[0] = '\0';
-    snprintf(g.compute_dtype, sizeof g.compute_dtype, "float32");
-    g.seed = -1;
-    char outdir[4096];
-    qc_cli_dirname(a.out, outdir, sizeof outdir);
-    if (a.synthetic) {
-        /* no files: the config hash is of the config_json written here; the "weights hash"
-         * identifies the generator and its seed (qc_model_synthetic is deterministic) */
-        char ident[160];
-        snprintf(g.model_path, sizeof g.model_path, "synthetic:%s:%s:seed%ld", a.synthetic,
-                 a.dtype, a.seed);
-        snprintf(ident, sizeof ident, "qc_model_synthetic:%s:%s:seed%ld", a.synthetic, a.dtype,
-                 a.seed);
-        qc_sha256_buf_hex(config_text, strlen(config_text), g.config_sha256);
-        qc_sha256_buf_hex(ident, strlen(ident), g.weights_sha256);
-    } else {
-        if ((st = qc_cli_relpath(model->dir, outdir, g.model_path, sizeof g.model_path, &err)))
-            goto done;
-        snprintf(g.config_sha256, sizeof g.config_sha256, "%s", model->config_sha256);
-        snprintf(g.weights_sha256, sizeof g.weights_sha256, "%s", model->weights_sha256);
-    }
-    g.config_json = config_text;
-    g.cfg = model->cfg;
-    g.n_cases = 1;
-    g.cases = &gc;
-    if ((st = qc_golden_write(a.out, &g, &err))) goto done;
-
-    float min_margin = 0;
-    for (int s = 0; s < gc.n_decode; s++)
-        if (s == 0 || gc.decode_margins[s] < min_margin) min_margin = gc.decode_margins[s];
-    printf("%s: wrote %s: case %s, %s%d prompt tokens, %d decode steps", PROG, a.out,
-           gc.name, hist_txt, n_tokens, a.n_decode);
-    if (gc.n_decode > 0) printf(" (min top1-top2 margin %.4g)", (double)min_margin);
-    printf(", %s, %s\n", qc_cli_profile_str(&prof, pstr, sizeof pstr),
-           be->describe ? be->describe(be) : be->name);
-    printf("%s: memory: peak resident %.2f GiB (planned %.2f GiB)\n", PROG,
-           qc_memplan_gib(qc_memplan_peak_rss()), qc_memplan_gib(plan.total));
-
-done:
-    if (have_case) qc_case_free(&model->cfg, &gc);
-    free(config_text);
-    qc_backend_destroy(be);
-    qc_model_free(model);
-    free(tokens);
-    free(history);
-    free(forced);
-    qc_outpath_reset();
-    if (st) return qc_cli_fail(PROG, &err);
-    return QC_EXIT_PASS;
+    return st ? qc_record_fail(&err) : QC_EXIT_PASS;
 }

@@ -41,6 +41,10 @@ typedef struct {
     qc_cli_profile pf;       /* profile flags */
 } record_args;
 
+/* Tokens per forward call the profile's strategy uses (static 1, dynamic max_seq_len capped
+ * at the context, no-KV the context). */
+int qc_record_max_tokens(const qc_profile *prof);
+
 /* Backend options from the command line (threads, chunk size, kernel) for max_tokens tokens
  * per call. */
 void qc_record_backend_opts(const record_args *a, int max_tokens, qc_backend_opts *o);
@@ -59,6 +63,10 @@ qc_status qc_record_provenance(const record_args *a, const qc_model *model,
 
 /* The model's config.json text, exactly as stored; caller frees *text. */
 qc_status qc_record_config_text(const qc_model *m, char **text, qc_err *err);
+
+/* Print a failed run's error; the exit code: 1 (FAIL) when the runtime under test failed
+ * (QC_ERR_RUNTIME), else 2. */
+int qc_record_fail(const qc_err *err);
 
 /* `record --like`: every case of a.like on the backend, written to a.out. Returns the exit
  * code (prints its own errors and summary). */

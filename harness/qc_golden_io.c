@@ -67,6 +67,9 @@ const char *gio_h5_errdesc(char *buf, size_t n) {
     memset(&d, 0, sizeof d);
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, &d);
     snprintf(buf, n, "%s", d.got ? d.desc : "HDF5 error");
+    /* one line: libhdf5's texts may carry newlines (a ctime() date) or tabs */
+    for (char *p = buf; *p; p++)
+        if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
     H5Eclear2(H5E_DEFAULT);
     return buf;
 }

@@ -273,6 +273,17 @@ int outp_check_output(const pinfo *pi, unsigned flags, char *why, size_t wn, qc_
         *code = QC_ERR_ARG;
         return -1;
     }
+    /* needs --force before the permission checks: the user is told what to pass first */
+    if (pi->kind == PK_REG && (flags & QC_OUT_NO_CLOBBER) && !(flags & QC_OUT_FORCE)) {
+        int schema = -1;
+        if (qc_outpath_is_golden(pi->target, &schema))
+            snprintf(why, wn, "exists and is a golden file (schema_version %d): pass --force to "
+                     "replace it", schema);
+        else
+            snprintf(why, wn, "exists: pass --force to replace it");
+        *code = QC_ERR_ARG;
+        return -1;
+    }
     if ((pi->kind == PK_REG || pi->kind == PK_STREAM) && (pi->mode & 0222) == 0) {
         snprintf(why, wn, "is read-only (mode %04o): refusing to replace it",
                  (unsigned)(pi->mode & 07777));
@@ -285,16 +296,6 @@ int outp_check_output(const pinfo *pi, unsigned flags, char *why, size_t wn, qc_
         }
     } else if (pi->kind == PK_STREAM && access(pi->target, W_OK) != 0) {
         snprintf(why, wn, "not writable: %s", strerror(errno));
-        return -1;
-    }
-    if (pi->kind == PK_REG && (flags & QC_OUT_NO_CLOBBER) && !(flags & QC_OUT_FORCE)) {
-        int schema = -1;
-        if (qc_outpath_is_golden(pi->target, &schema))
-            snprintf(why, wn, "exists and is a golden file (schema_version %d): pass --force to "
-                     "replace it", schema);
-        else
-            snprintf(why, wn, "exists: pass --force to replace it");
-        *code = QC_ERR_ARG;
         return -1;
     }
     return 0;

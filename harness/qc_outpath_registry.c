@@ -271,9 +271,9 @@ qc_status qc_outpath_verify(qc_err *err) {
         pinfo pi;
         char why[PATH_MAX + 200];
         qc_status code;
-        /* (--force / no-clobber last: a clash with an input says more than "exists") */
-        if (outp_resolve_output(e->path, &pi, why, sizeof why, &code) ||
-            outp_check_output(&pi, e->flags & ~(unsigned)QC_OUT_NO_CLOBBER, why, sizeof why, &code))
+        /* only resolved here: the permission and --force checks come after the collisions
+         * (a clash with an input says more than "exists" or "directory is not writable") */
+        if (outp_resolve_output(e->path, &pi, why, sizeof why, &code))
             return outp_out_err(err, code, e->role, e->path, why);
         free(e->canon);
         e->canon = pi.canon[0] ? strdup(pi.canon) : NULL;
@@ -305,7 +305,7 @@ qc_status qc_outpath_verify(qc_err *err) {
     }
     for (int i = 0; i < nreg_; i++) {
         const entry *e = &reg_[i];
-        if (e->kind != E_OUTPUT || !(e->flags & QC_OUT_NO_CLOBBER)) continue;
+        if (e->kind != E_OUTPUT) continue;
         pinfo pi;
         char why[PATH_MAX + 200];
         qc_status code;

@@ -5,6 +5,7 @@ legacy top-level `rope_theta` / `partial_rotary_factor` (and `rope_scaling`); `l
 `full_attention_interval` (layer i is full iff (i + 1) % interval == 0, default 4).
 """
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import List
@@ -61,9 +62,35 @@ def _req_int(tc, name, where):
     if name not in tc:
         raise ConfigError("%s: missing field %s" % (where, name))
     v = tc[name]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v <= 0:
-        raise ConfigError("%s: field %s = %r is not a positive integer" % (where, name, v))
+    if (isinstance(v, bool) or not isinstance(v, (int, float))
+            or (isinstance(v, float) and (not math.isfinite(v) or v != int(v))) or v <= 0):
+        raise ConfigError("%s: field %s = %.80r is not a positive integer" % (where, name, v))
+    if v > 1 << 31:
+        raise ConfigError("%s: field %s = %d is absurdly large (> 2^31)" % (where, name, v))
     return int(v)
+
+
+def _opt_float(d, name, default, where, lo=0.0, hi=None, lo_open=True):
+    """A finite number in (lo, hi] (a bool or a string is refused); default when absent."""
+    if name not in d:
+        return float(default)
+    v = d[name]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ConfigError("%s: field %s = %r is not a finite number" % (where, name, v))
+    if (v <= lo if lo_open else v < lo) or (hi is not None and v > hi):
+        raise ConfigError("%s: field %s = %r is out of range (%s%g, %s]"
+                          % (where, name, v, "" if lo_open else "=", lo,
+                             "inf" if hi is None else "%g" % hi))
+    return float(v)
+
+
+def _opt_bool(d, name, default, where):
+    if name not in d:
+        return default
+    v = d[name]
+    if not isinstance(v, bool):
+        raise ConfigError("%s: field %s = %r is not true/false" % (where, name, v))
+    return v
 
 
 def parse(cfg, where="config.json"):
@@ -86,20 +113,26 @@ def parse(cfg, where="config.json"):
     rp = tc.get("rope_parameters")
     if not isinstance(rp, dict):
         rp = tc.get("rope_scaling") if isinstance(tc.get("rope_scaling"), dict) else {}
-    theta = rp.get("rope_theta", tc.get("rope_theta", 10000.0))
-    prf = rp.get("partial_rotary_factor", tc.get("partial_rotary_factor", 0.25))
+    rw = w + (": rope_parameters" if "rope_theta" in rp else "")
+    theta = _opt_float(rp if "rope_theta" in rp else tc, "rope_theta", 10000.0, rw)
+    pw = w + (": rope_parameters" if "partial_rotary_factor" in rp else "")
+    prf = _opt_float(rp if "partial_rotary_factor" in rp else tc, "partial_rotary_factor", 0.25,
+                     pw, hi=1.0)
+    eps = _opt_float(tc, "rms_norm_eps", 1e-6, w, hi=1.0)
 
     # tie: top level wins for the multimodal layout (Qwen3_5ForConditionalGeneration)
     if nested and "tie_word_embeddings" in cfg:
-        tie = cfg["tie_word_embeddings"]
+        tie = _opt_bool(cfg, "tie_word_embeddings", False, where)
     else:
-        tie = tc.get("tie_word_embeddings", False)
+        tie = _opt_bool(tc, "tie_word_embeddings", False, w)
 
     L = ints["num_hidden_layers"]
     lt = tc.get("layer_types")
     if lt is None:
-        interval = tc.get("full_attention_interval", 4)
+        interval = _req_int(tc, "full_attention_interval", w) if "full_attention_interval" in tc else 4
         lt = [FULL if (i + 1) % interval == 0 else LINEAR for i in range(L)]
+    elif not isinstance(lt, list) or not all(isinstance(t, str) for t in lt):
+        raise ConfigError("%s: field layer_types = %.80r is not a list of strings" % (w, lt))
     lt = [{"linear": LINEAR, "full": FULL}.get(t, t) for t in lt]
     if len(lt) != L:
         raise ConfigError("%s: layer_types has %d entries, num_hidden_layers is %d" % (w, len(lt), L))
@@ -109,12 +142,12 @@ def parse(cfg, where="config.json"):
                               % (w, i, t))
 
     if tc.get("hidden_act", "silu") != "silu":
-        raise ConfigError("%s: hidden_act %r (only silu)" % (w, tc.get("hidden_act")))
-    if tc.get("attention_bias", False):
+        raise ConfigError("%s: hidden_act %.80r (only silu)" % (w, tc.get("hidden_act")))
+    if _opt_bool(tc, "attention_bias", False, w):
         raise ConfigError("%s: attention_bias true is not Qwen3.5" % w)
 
-    c = TextConfig(rms_norm_eps=float(tc.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
-                   partial_rotary_factor=float(prf), tie_word_embeddings=bool(tie),
+    c = TextConfig(rms_norm_eps=eps, rope_theta=theta,
+                   partial_rotary_factor=prf, tie_word_embeddings=tie,
                    layer_types=lt, nested=nested, **ints)
     if c.linear_num_value_heads % c.linear_num_key_heads:
         raise ConfigError("%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d"

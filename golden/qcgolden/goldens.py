@@ -77,7 +77,8 @@ def prefill_and_decode(model, state, tokens, n_decode, collect_hidden=True):
         last = lg.numpy()[0]
         rows.append(last)
     r["decode_tokens"] = np.array(toks, dtype=np.int64)
-    r["decode_logits"] = np.array(rows).reshape(n_decode, -1)
+    # (V explicit: reshape(0, -1) is ambiguous and raises for n_decode = 0)
+    r["decode_logits"] = np.array(rows, dtype=np.float64).reshape(n_decode, r["logits"].shape[-1])
     r["margins"] = np.array(margins, dtype=np.float64)
     r["decode_state"] = state.arrays()
     return r

@@ -17,6 +17,7 @@ static const char usage[] =
     "       qwen-conform record --model DIR --tokens 1,2,3 [--decode N] --out F.h5\n"
     "       qwen-conform inspect F.h5            provenance and coverage of a golden file\n"
     "       qwen-conform diff GOLDEN.h5 ACTUAL.h5  check another runtime's output (golden layout)\n"
+    "       qwen-conform export-inputs GOLDEN|DIR --out DIR  each case's inputs as JSON\n"
     "       qwen-conform calibrate --golden DIR  measure noise, suggest a tolerance policy\n"
     "       qwen-conform policy --print [--policy F] [--golden DIR]  the effective policy\n"
     "       qwen-conform bench ...               performance comparison of the backends\n"
@@ -60,6 +61,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "bench")) rc = qc_cmd_bench(argc - 1, argv + 1);
     else if (!strcmp(cmd, "adapter-serve")) rc = qc_cmd_adapter_serve(argc - 1, argv + 1);
     else if (!strcmp(cmd, "drift-svg")) rc = qc_cmd_drift_svg(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "export-inputs")) rc = qc_cmd_export_inputs(argc - 1, argv + 1);
     else if (cmd[0] == '-') rc = qc_cmd_check(argc, argv); /* default command */
     else {
         fprintf(stderr, "qwen-conform: unknown command '%s'\n%s", cmd, usage);

@@ -23,21 +23,7 @@ set -u
 
 # ---- expected failures: case id -> what is missing (the fix is not in the tree yet) --------
 declare -A XFAIL=(
-  # item 1, found by this suite: as an unprivileged user the "directory is not writable" check
-  # runs before the output-is-an-input check, so the refusal names one file, not both
-  [user:ds.json_onto_golden]="item 1 (user): 'directory ... is not writable' instead of 'is the same file as'"
-  [user:ds.junit_onto_config]="item 1 (user): 'directory ... is not writable' instead of 'is the same file as'"
-  [user:ds.json_onto_weights]="item 1 (user): 'directory ... is not writable' instead of 'is the same file as'"
-  [user:ds.json_onto_policy]="item 1 (user): 'directory ... is not writable' instead of 'is the same file as'"
-  [user:ds.json_symlink_to_input]="item 1 (user): 'directory ... is not writable' instead of 'is the same file as'"
-  [user:ds.diff_json_onto_actual]="item 1 (user): 'directory ... is not writable' instead of 'is the same file as'"
-  [user:ds.record_out_onto_weights]="item 1 (user): 'directory ... is not writable' instead of 'is the same file as'"
-  [user:ds.record_out_onto_tokens_file]="item 1 (user): 'directory ... is not writable' instead of 'is the same file as'"
-  [user:ds.record_out_onto_golden_needs_force]="item 1 (user): 'directory ... is not writable' instead of '--force'"
-  # item 5: a dump that fails on a full disk is reported on stderr but the run exits 0
-  [df.dump_actual]="item 5: --dump-actual onto a full disk prints the error and exits 0"
-  # item 5: libhdf5's error text carries a ctime() newline: the message spans two lines
-  [df.record_out]="item 5: the HDF5 write error message spans two lines (ctime newline)"
+  # (empty: every case of the suite passes; add "[id]=reason" for a fix not in the tree yet)
 )
 
 if [ $# -ne 2 ]; then
@@ -355,6 +341,11 @@ if [ -n "$DF_MODE" ]; then
     [ $RC -ge 128 ] && bad "died by signal $((RC - 128))"
     $PY -c 'import json,sys; json.load(open(sys.argv[1]))' "$TMP/df-report.json" 2>/dev/null ||
       bad "the JSON report on the healthy disk was not written"
+    # the failed dump is an ERROR row of the reports, naming the dump file
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1]))
+sys.exit(0 if any(r["check"]=="dump_actual" and r["verdict"]=="ERROR" and sys.argv[2] in r["message"]
+                  for r in d["checks"]) else 1)' "$TMP/df-report.json" "$FULL/dumps" 2>/dev/null ||
+      bad "no ERROR row dump_actual naming $FULL/dumps in the JSON report"
     after
     end "[$DF_MODE] $(msg | head -1 | cut -c1-140)"
     rm -rf "$FULL/dumps" "$TMP/df-report.json"

@@ -232,6 +232,125 @@ rc=$?
 rc=$?
 [ "$rc" = 2 ] && grep -q -- "--dtype" "$TMP/stderr" && ok "--dtype q4: exit 2" || bad "--dtype q4: exit $rc"
 
+# ---- record --like GOLDEN: every case on its inputs, then diff pairs every case ------------
+# On every fixture and both built-in backends: exit 0, the same case names as the golden, the
+# golden's inputs (tokens, history, decode/tokens) copied, and `diff GOLDEN ACTUAL` exit 0.
+LIKE="$TMP/like"
+mkdir -p "$LIKE"
+n_like=0
+for g in "$SRC"/fixtures/*/golden.h5; do
+  [ -f "$g" ] || continue
+  fx="$(basename "$(dirname "$g")")"
+  for be in reference optimized; do
+    a="$LIKE/$fx.$be.h5"
+    if ! "$QC" record --like "$g" --backend "$be" --out "$a" >"$TMP/stdout" 2>"$TMP/stderr"; then
+      bad "record --like $fx --backend $be: exit $?: $(cat "$TMP/stderr")"
+      continue
+    fi
+    n_like=$((n_like + 1))
+    if command -v /usr/bin/python3 >/dev/null && /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+      if /usr/bin/python3 - "$g" "$a" >"$TMP/py" 2>&1 <<'PY'
+import sys, h5py, numpy as np
+g, a = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert sorted(g["cases"]) == sorted(a["cases"]), (sorted(g["cases"]), sorted(a["cases"]))
+for n in g["cases"]:
+    G, A = g["cases"][n], a["cases"][n]
+    assert int(G.attrs["start_pos"]) == int(A.attrs["start_pos"]), n
+    for d in ("tokens", "history_tokens", "decode/tokens"):
+        assert (d in G) == (d in A), (n, d)
+        if d in G:
+            assert np.array_equal(G[d][()], A[d][()]), (n, d)
+    for d in ("prefill/logits", "decode/logits"):
+        if d in G:
+            assert A[d].shape == G[d].shape, (n, d)
+print(len(g["cases"]))
+PY
+      then ok "record --like $fx ($be): $(cat "$TMP/py") cases, the golden's inputs"
+      else bad "record --like $fx ($be): structure differs: $(tail -3 "$TMP/py")"
+      fi
+    fi
+    "$QC" diff "$g" "$a" --quiet >"$TMP/diff" 2>&1
+    rc=$?
+    [ "$rc" = 0 ] && grep -q " 0 failed" "$TMP/diff" \
+      && ok "diff $fx golden vs record --like ($be): exit 0 ($(tail -1 "$TMP/diff"))" \
+      || bad "diff $fx golden vs record --like ($be): exit $rc: $(tail -5 "$TMP/diff")"
+  done
+done
+[ "$n_like" -ge 2 ] && ok "record --like ran on $n_like fixture x backend pairs" || bad "record --like ran $n_like times"
+G1="$(ls "$SRC"/fixtures/*/golden.h5 | head -1)"
+if [ -n "$G1" ]; then
+  # the static strategy, and an ACTUAL without hidden states (those checks SKIPPED)
+  "$QC" record --like "$G1" --static --out "$LIKE/static.h5" >/dev/null 2>"$TMP/stderr" &&
+    "$QC" diff "$G1" "$LIKE/static.h5" --quiet >/dev/null 2>&1 \
+    && ok "record --like --static: diff exit 0" || bad "record --like --static: $(cat "$TMP/stderr")"
+  "$QC" record --like "$G1" --no-hidden --out "$LIKE/nohidden.h5" >/dev/null 2>"$TMP/stderr" &&
+    "$QC" diff "$G1" "$LIKE/nohidden.h5" --quiet >"$TMP/diff" 2>&1 \
+    && ok "record --like --no-hidden: diff exit 0 ($(tail -1 "$TMP/diff"))" \
+    || bad "record --like --no-hidden: $(cat "$TMP/stderr") $(tail -3 "$TMP/diff")"
+  # bad input: exit 2 naming the flag / file, nothing written, the golden untouched
+  sum_g="$(cksum <"$G1")"
+  for args in "--tokens 1,2" "--case x" "--decode 2" "--max-seq-len 4" "--synthetic 0.8b"; do
+    # shellcheck disable=SC2086
+    "$QC" record --like "$G1" $args --out "$LIKE/bad.h5" >/dev/null 2>"$TMP/stderr"
+    rc=$?
+    flag="${args%% *}"
+    [ "$rc" = 2 ] && grep -q -- "$flag: not with --like" "$TMP/stderr" && [ ! -e "$LIKE/bad.h5" ] \
+      && ok "record --like with $flag: exit 2 naming it" || bad "record --like with $flag: exit $rc $(cat "$TMP/stderr")"
+  done
+  "$QC" record --like "$G1" --out "$G1" --force >/dev/null 2>"$TMP/stderr"
+  rc=$?
+  [ "$rc" = 2 ] && grep -q "refusing to overwrite" "$TMP/stderr" && [ "$(cksum <"$G1")" = "$sum_g" ] \
+    && ok "record --like onto its own golden (even --force): refused, exit 2" \
+    || bad "record --like onto its golden: exit $rc $(cat "$TMP/stderr")"
+  "$QC" record --like "$G1" --out "$(dirname "$G1")/model/config.json" --force >/dev/null 2>"$TMP/stderr"
+  rc=$?
+  [ "$rc" = 2 ] && grep -q "refusing to overwrite" "$TMP/stderr" \
+    && ok "record --like onto a model file: refused, exit 2" || bad "record --like onto config.json: exit $rc"
+  "$QC" record --like "$(dirname "$G1")" --out "$LIKE/bad.h5" >/dev/null 2>"$TMP/stderr"
+  rc=$?
+  [ "$rc" = 2 ] && grep -q "is a directory" "$TMP/stderr" && [ ! -e "$LIKE/bad.h5" ] \
+    && ok "record --like DIR: exit 2" || bad "record --like DIR: exit $rc $(cat "$TMP/stderr")"
+  head -c 3000 "$G1" >"$LIKE/trunc.h5"
+  "$QC" record --like "$LIKE/trunc.h5" --out "$LIKE/bad.h5" >/dev/null 2>"$TMP/stderr"
+  rc=$?
+  [ "$rc" = 2 ] && grep -qF "$LIKE/trunc.h5" "$TMP/stderr" && [ ! -e "$LIKE/bad.h5" ] \
+    && ok "record --like on a truncated golden: exit 2 naming it" || bad "record --like truncated: exit $rc $(cat "$TMP/stderr")"
+  cp "$G1" "$LIKE/nomodel.h5"   # its model_path "model" does not resolve beside the copy
+  "$QC" record --like "$LIKE/nomodel.h5" --out "$LIKE/bad.h5" >/dev/null 2>"$TMP/stderr"
+  rc=$?
+  [ "$rc" = 2 ] && grep -q "model_path" "$TMP/stderr" && [ ! -e "$LIKE/bad.h5" ] \
+    && ok "record --like, golden's model missing: exit 2 naming model_path" || bad "record --like no model: exit $rc $(cat "$TMP/stderr")"
+  "$QC" record --like "$LIKE/nomodel.h5" --model "$(dirname "$G1")/model" --out "$LIKE/m.h5" >/dev/null 2>"$TMP/stderr" &&
+    "$QC" diff "$G1" "$LIKE/m.h5" --quiet >/dev/null 2>&1 \
+    && ok "record --like --model DIR: the model given, diff exit 0" || bad "record --like --model: $(cat "$TMP/stderr")"
+  # runtimes under test through the registry (tests/cli/fault_plugin.c): a wrong one records
+  # fine and diff FAILs it (exit 1, its missing hidden / states SKIPPED); one whose forward
+  # errors is a FAIL of record itself (exit 1), nothing written
+  CC="${CC:-cc}"
+  DIMS="$(/usr/bin/python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c=c.get('text_config',c); print('vocab=%d,hidden=%d,layers=%d' % (c['vocab_size'], c['hidden_size'], c['num_hidden_layers']))" "$(dirname "$G1")/model/config.json" 2>/dev/null)"
+  if command -v "$CC" >/dev/null && [ -n "$DIMS" ] &&
+     "$CC" -shared -fPIC -O1 -I"$SRC/include" -o "$TMP/fp_wrong.so" "$SRC/tests/cli/fault_plugin.c" -lm &&
+     "$CC" -shared -fPIC -O1 -I"$SRC/include" -DFAULT_FORWARD -o "$TMP/fp_fwd.so" "$SRC/tests/cli/fault_plugin.c" -lm; then
+    "$QC" record --like "$G1" --backend "plugin:$TMP/fp_wrong.so,$DIMS" --out "$LIKE/wrong.h5" >"$TMP/stdout" 2>"$TMP/stderr"
+    rc=$?
+    [ "$rc" = 0 ] && grep -q "no hidden states, no states" "$TMP/stdout" \
+      && ok "record --like --backend plugin: (a wrong runtime, no capabilities): exit 0, says what it left out" \
+      || bad "record --like plugin: exit $rc $(cat "$TMP/stderr")"
+    "$QC" diff "$G1" "$LIKE/wrong.h5" --quiet >"$TMP/diff" 2>&1
+    rc=$?
+    [ "$rc" = 1 ] && grep -q "skipped" "$TMP/diff" && ok "diff of the wrong runtime's ACTUAL: exit 1 ($(tail -1 "$TMP/diff"))" \
+      || bad "diff of a wrong runtime: exit $rc $(tail -3 "$TMP/diff")"
+    "$QC" record --like "$G1" --backend "plugin:$TMP/fp_fwd.so,$DIMS" --out "$LIKE/fwd.h5" >/dev/null 2>"$TMP/stderr"
+    rc=$?
+    [ "$rc" = 1 ] && grep -q "FAIL: .*case .*forward" "$TMP/stderr" && [ ! -e "$LIKE/fwd.h5" ] \
+      && ok "record --like, the runtime's forward fails: exit 1 naming the case, nothing written" \
+      || bad "record --like failing forward: exit $rc $(cat "$TMP/stderr")"
+  else
+    echo "# no C compiler / config: the plugin cases of record --like are not run"
+  fi
+  ls "$LIKE" | grep -q '\.tmp\.' && bad "record --like left a temp file" || ok "record --like left no temp file"
+fi
+
 # ---- inspect on bad files ---------------------------------------------------------------
 echo "not hdf5" >"$TMP/text.h5"
 "$QC" inspect "$TMP/text.h5" >/dev/null 2>"$TMP/stderr"

@@ -13,6 +13,12 @@ The ACTUAL file copies the golden's provenance (config_json, its hashes, model_p
 relative to the new file), says compute_dtype "float32", and records each case's inputs
 (start_pos, history_tokens, tokens, decode/tokens) so diff can check the case was run on them.
 Like the golden writer: HDF5 1.8 format, no timestamps, float32 / int32, temp file + rename.
+
+Without HDF5 on the reading side: `qwen-conform export-inputs GOLDEN.h5|DIR --out DIR` writes
+every case's inputs as JSON (docs/export-inputs.md); golden.read(DIR) (or the index.json, or
+one case file) reads them with the json module only, into the same Golden / Case objects, and
+golden.read_all(DIR) gives one Golden per exported golden file. Writing the ACTUAL file still
+needs h5py (it is HDF5), on whichever machine writes it.
 """
 import json
 import os
@@ -45,6 +51,8 @@ class Case:
     decode_tokens: np.ndarray       # int32 [S], teacher-forced one per step
     max_seq_len: Optional[int]      # the case's export max_seq_len (None: harness default)
     description: str = ""
+    prefill: Optional[dict] = None  # from export-inputs JSON: mode, max_seq_len, max_context_len,
+                                    # history_chunks, prompt_chunks (None when read from HDF5)
 
 
 @dataclass
@@ -58,7 +66,120 @@ class Golden:
 
 
 def read(path):
-    """Golden from a golden (or ACTUAL) HDF5 file; cases in name order."""
+    """Golden from a golden (or ACTUAL) HDF5 file (needs h5py), or from export-inputs JSON (no
+    h5py): its directory, its index.json or one case file. Cases in name order. A directory
+    export of several goldens is refused here (ValueError): use read_all."""
+    if _is_export(path):
+        gs = _read_export(path)
+        if len(gs) != 1:
+            raise ValueError("%s: holds the inputs of %d goldens (%s): use golden.read_all"
+                             % (path, len(gs), ", ".join(g.attrs["golden"] for g in gs)))
+        return gs[0]
+    return _read_h5(path)
+
+
+def read_all(path):
+    """Every Golden under path: an export-inputs directory / index.json (JSON only), a golden
+    file, or a directory of goldens (*.h5, recursively, sorted; needs h5py)."""
+    if _is_export(path):
+        return _read_export(path)
+    if os.path.isdir(path):
+        found = sorted(os.path.join(d, n) for d, _, ns in os.walk(path) for n in ns
+                       if n.endswith(".h5"))
+        return [_read_h5(p) for p in found]
+    return [_read_h5(path)]
+
+
+# ---- export-inputs JSON (docs/export-inputs.md) ----------------------------------------------
+EXPORT_FORMAT = "qwen-conform-inputs"
+EXPORT_VERSION = 1
+
+
+def _is_export(path):
+    return path.endswith(".json") or os.path.isfile(os.path.join(path, "index.json"))
+
+
+def _load_json(path, fmt):
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError("%s: cannot read export-inputs JSON: %s" % (path, e))
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        raise ValueError("%s: format %r is not %r" % (path, d.get("format") if isinstance(d, dict)
+                                                      else None, fmt))
+    if d.get("format_version") != EXPORT_VERSION:
+        raise ValueError("%s: format_version %r is not %d"
+                         % (path, d.get("format_version"), EXPORT_VERSION))
+    return d
+
+
+def _ids(path, d, key):
+    v = d.get(key)
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                          for x in v):
+        raise ValueError("%s: %s: not a list of token ids" % (path, key))
+    return np.asarray(v, dtype=np.int32)
+
+
+def _case_from_json(path):
+    d = _load_json(path, EXPORT_FORMAT + "/case")
+    msl = d.get("max_seq_len")
+    c = Case(str(d.get("case")), int(d.get("start_pos", 0)), _ids(path, d, "history_tokens"),
+             _ids(path, d, "tokens"), _ids(path, d, "decode_tokens"),
+             None if msl is None else int(msl), str(d.get("description", "")), d.get("prefill"))
+    if len(c.history_tokens) != c.start_pos:
+        raise ValueError("%s: history_tokens: %d ids for start_pos %d"
+                         % (path, len(c.history_tokens), c.start_pos))
+    return c, d
+
+
+def _golden_from_entry(e, cases, where):
+    m = e["model"]
+    attrs = {"schema_version": int(e.get("schema_version", SCHEMA_VERSION)),
+             "config_json": e["config_json"], "config_sha256": m["config_sha256"],
+             "weights_sha256": m["weights_sha256"], "model_path": m["model_path"],
+             "generator": e.get("generator", ""), "golden": e["golden"]}
+    shape = modelcfg.from_json(json.loads(e["config_json"]))
+    return Golden(e.get("golden_file", where), attrs, m["dir"], shape,
+                  sorted(cases, key=lambda c: c.name))
+
+
+def _read_export(path):
+    if path.endswith(".json"):
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                probe = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError("%s: cannot read export-inputs JSON: %s" % (path, e))
+        if isinstance(probe, dict) and probe.get("format") == EXPORT_FORMAT + "/case":
+            c, d = _case_from_json(path)          # one case file: its own golden entry
+            e = {"golden": d["golden"], "model": d["model"],
+                 "config_json": d.get("config_json") or _config_of(path, d),
+                 "golden_file": d.get("golden_file", d["golden"])}
+            return [_golden_from_entry(e, [c], path)]
+        index, root = path, os.path.dirname(os.path.abspath(path))
+    else:
+        index, root = os.path.join(path, "index.json"), path
+    d = _load_json(index, EXPORT_FORMAT)
+    out = []
+    for e in d.get("goldens", []):
+        cases = [_case_from_json(os.path.join(root, ce["file"]))[0] for ce in e["cases"]]
+        out.append(_golden_from_entry(e, cases, index))
+    return out
+
+
+def _config_of(path, d):
+    """A case file read alone: the config from the model directory it names."""
+    try:
+        with open(os.path.join(d["model"]["dir"], "config.json"), "r", encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError("%s: model dir: %s (read the export's index.json instead)" % (path, e))
+
+
+# ---- HDF5 ---------------------------------------------------------------------------------------
+def _read_h5(path):
     h5py = _h5py()
     with h5py.File(path, "r") as f:
         attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}

@@ -1,0 +1,197 @@
+/* qc_cmd_record_like.c — `qwen-conform record --like GOLDEN.h5 --out ACTUAL.h5`: every case of
+ * a golden run on a backend with the golden's own inputs, written as one ACTUAL file with the
+ * same case names, so `qwen-conform diff GOLDEN.h5 ACTUAL.h5` pairs every case.
+ *
+ * Per case: the history (replayed first), the prompt at start_pos, the golden's decode/tokens
+ * fed teacher-forced, and the case's prefill profile: dynamic (the default; chunks of the
+ * case's max_seq_len, 128 when absent), --static or --no-kv-cache, max_context_len = what the
+ * case needs (at least its max_seq_len), as `check` runs it. The model is the golden's
+ * model_path unless --model names another directory. A backend without the hidden capability
+ * writes no prefill/hidden, one without state_read no state groups (diff then SKIPs those). The output's provenance is the model's
+ * (its hashes and config.json), so diff also compares them with the golden's.
+ *
+ * Errors: usage / I/O / format → exit 2 naming the file and the field; a runtime under test
+ * that fails a case → exit 1 naming the case. Nothing is written unless every case ran (one
+ * qc_golden_write at the end: temp file + rename).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "qc/qc_model.h"
+#include "qc_cli.h"
+#include "qc_cmd_record_internal.h"
+#include "qc_outpath.h"
+#include "qc_registry.h"
+#include "qc_runcase.h"
+
+#define PROG QC_RECORD_PROG
+
+typedef struct {
+    qc_golden *g;           /* the golden, metadata only; one case loaded at a time */
+    const char *model_dir;  /* --model or the golden's model directory */
+    qc_model *model;
+    qc_backend *be;
+    char *config_text;
+    qc_golden_case *cases;  /* [g->n_cases] the results */
+    int n_done;             /* results filled */
+    qc_mode mode;
+    qc_memplan plan;
+} like_run;
+
+/* ===================================================================================== */
+/* setup                                                                                 */
+/* ===================================================================================== */
+
+/* The case's profile in the chosen mode (as the checker: context = max(need, max_seq_len)). */
+static void case_profile(const qc_golden_case *gc, qc_mode mode, qc_profile *p) {
+    int msl = gc->max_seq_len > 0 ? gc->max_seq_len : 128;
+    int need = gc->start_pos + gc->n_tokens + gc->n_decode;
+    qc_profile_for_mode(p, mode, msl, need > msl ? need : msl);
+}
+
+/* Inputs and output registered, the output validated: before any work. */
+static qc_status like_verify(const record_args *a, qc_err *err) {
+    struct stat sb;
+    if (stat(a->like, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return qc_errf(err, QC_ERR_ARG,
+                       "--like: %s: is a directory (give one golden .h5; for the inputs of a "
+                       "whole directory see `qwen-conform export-inputs`)", a->like);
+    qc_outpath_reset();
+    qc_outpath_add_input(a->like, "--like golden");
+    qc_outpath_add_goldens(a->like, 1);
+    if (a->model) qc_outpath_add_model_dir(a->model, "--model");
+    qc_outpath_add_output(a->out, "--out",
+                          QC_OUT_REGULAR | QC_OUT_NO_CLOBBER | (a->force ? QC_OUT_FORCE : 0));
+    return qc_outpath_verify(err);
+}
+
+/* Open the golden, load the model, plan the memory, create the backend. */
+static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
+    qc_status st = qc_golden_open_lazy(a->like, &r->g, err);
+    if (st) return st;
+    const qc_golden *g = r->g;
+    r->model_dir = a->model ? a->model : g->model_dir;
+    if ((st = qc_model_load(r->model_dir, &r->model, err))) {
+        if (!a->model) qc_err_prefix(err, st, "%s: model_path '%s'", g->path, g->model_path);
+        return st;
+    }
+    if (r->model->cfg.vocab_size != g->cfg.vocab_size)
+        return qc_errf(err, QC_ERR_ARG, "--model %s: vocab_size %d != the golden's %d (%s)",
+                       r->model_dir, r->model->cfg.vocab_size, g->cfg.vocab_size, g->path);
+    int maxctx = 1;
+    long rows = 0, hidden = 0, copies = 0;
+    for (int i = 0; i < g->n_cases; i++) {
+        qc_profile p;
+        case_profile(&g->cases[i], QC_MODE_NOKV, &p);
+        if (p.max_context_len > maxctx) maxctx = p.max_context_len;
+        rows += g->cases[i].n_tokens + g->cases[i].n_decode;
+        hidden += g->cases[i].n_tokens;
+        copies += g->cases[i].n_decode > 0 ? 2 : 1;
+    }
+    qc_backend_opts o;
+    qc_record_backend_opts(a, maxctx, &o);
+    qc_memplan_req rq;
+    qc_memplan_req_init(&rq, &r->model->cfg, r->model->embed.dtype, maxctx, maxctx);
+    if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, &rq, err)))
+        return st;
+    rq.weight_bytes = qc_model_weight_bytes(r->model);
+    rq.n_logit_rows = rows;
+    rq.nokv = r->mode == QC_MODE_NOKV;
+    rq.n_hidden_tokens = a->no_hidden ? 0 : hidden;
+    rq.n_state_copies = copies;
+    if ((st = qc_memplan_enforce(&rq, a->max_memory, "memory", &r->plan, err))) return st;
+    if ((st = qc_record_make_backend(a, r->model_dir, r->model, &o, &r->be, err))) return st;
+    if ((st = qc_record_config_text(r->model, &r->config_text, err))) return st;
+    r->cases = calloc((size_t)g->n_cases, sizeof *r->cases);
+    if (!r->cases) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", g->path);
+    return QC_OK;
+}
+
+/* ===================================================================================== */
+/* running                                                                               */
+/* ===================================================================================== */
+
+/* Case i of the golden on the backend, into r->cases[i]. */
+static qc_status like_run_case(const record_args *a, like_run *r, int i, qc_err *err) {
+    qc_status st = qc_golden_load_case(r->g, i, err);
+    if (st) return st;
+    const qc_golden_case *gc = &r->g->cases[i];
+    qc_case_input in;
+    memset(&in, 0, sizeof in);
+    in.history = gc->n_history > 0 ? gc->history : NULL;
+    in.n_history = gc->n_history;
+    in.tokens = gc->tokens;
+    in.n_tokens = gc->n_tokens;
+    in.n_decode = gc->n_decode;
+    in.forced = gc->n_decode > 0 ? gc->decode_tokens : NULL;
+    in.capture_hidden = !a->no_hidden && (r->be->caps & QC_BE_CAP_HIDDEN);
+    qc_profile p;
+    case_profile(gc, r->mode, &p);
+    qc_golden_case *out = &r->cases[i];
+    st = qc_run_case(r->be, &p, gc->name, &in, out, err);
+    if (st) {
+        qc_err_prefix(err, st, "%s: case %s (%s prefill)", a->like, gc->name,
+                      qc_mode_str(r->mode));
+    } else {
+        r->n_done = i + 1;
+        if (!(r->be->caps & QC_BE_CAP_STATE_READ)) { /* not the runtime's state: leave it out */
+            qc_golden_state_free(&r->model->cfg, &out->prefill_state);
+            qc_golden_state_free(&r->model->cfg, &out->decode_state);
+        }
+        out->max_seq_len = gc->max_seq_len;
+        snprintf(out->description, sizeof out->description,
+                 "record --like, %.40s backend, %s prefill: %.160s", a->backend,
+                 qc_mode_str(r->mode), gc->description);
+    }
+    qc_golden_unload_case(r->g, i);
+    return st;
+}
+
+static void like_free(like_run *r) {
+    for (int i = 0; i < r->n_done; i++) qc_case_free(&r->model->cfg, &r->cases[i]);
+    free(r->cases);
+    free(r->config_text);
+    qc_backend_destroy(r->be);
+    qc_model_free(r->model);
+    qc_golden_free(r->g);
+}
+
+/* ===================================================================================== */
+/* entry                                                                                 */
+/* ===================================================================================== */
+
+/* record --like (see qc_cmd_record_internal.h): exit code; prints errors and the summary. */
+int qc_record_like(const record_args *a) {
+    qc_err err;
+    qc_err_clear(&err);
+    like_run r;
+    memset(&r, 0, sizeof r);
+    r.mode = a->pf.no_kv_cache ? QC_MODE_NOKV : a->pf.dynamic == 0 ? QC_MODE_STATIC
+                                                                   : QC_MODE_DYNAMIC;
+    qc_status st = like_verify(a, &err);
+    if (!st) st = like_setup(a, &r, &err);
+    for (int i = 0; !st && i < r.g->n_cases; i++) st = like_run_case(a, &r, i, &err);
+    if (!st) {
+        qc_golden og;
+        st = qc_record_provenance(a, r.model, r.config_text, &og, &err);
+        og.n_cases = r.g->n_cases;
+        og.cases = r.cases;
+        if (!st) st = qc_golden_write(a->out, &og, &err);
+    }
+    if (!st) {
+        int hid = !a->no_hidden && (r.be->caps & QC_BE_CAP_HIDDEN);
+        printf("%s: wrote %s: %d case%s of %s on their inputs (%s prefill, teacher-forced "
+               "decode%s%s), %s\n", PROG, a->out, r.g->n_cases, r.g->n_cases == 1 ? "" : "s",
+               a->like, qc_mode_str(r.mode), hid ? "" : ", no hidden states",
+               r.be->caps & QC_BE_CAP_STATE_READ ? "" : ", no states (no state_read)",
+               r.be->describe ? r.be->describe(r.be) : r.be->name);
+        printf("%s: memory: peak resident %.2f GiB (planned %.2f GiB)\n", PROG,
+               qc_memplan_gib(qc_memplan_peak_rss()), qc_memplan_gib(r.plan.total));
+        printf("%s: compare with: qwen-conform diff %s %s\n", PROG, a->like, a->out);
+    }
+    like_free(&r);
+    qc_outpath_reset();
+    return st ? qc_record_fail(&err) : QC_EXIT_PASS;
+}
