@@ -7,8 +7,6 @@
 
 #include "qc_actual_internal.h"
 
-#include <setjmp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,36 +63,6 @@ int ac_link(hid_t loc, const char *name) {
 /* attributes                                                                            */
 /* ===================================================================================== */
 
-static sigjmp_buf ac_jmp;
-static volatile sig_atomic_t ac_armed;
-
-static void ac_fault(int sig) {
-    if (ac_armed) siglongjmp(ac_jmp, sig);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-/* H5Aread of a variable-length string with SIGSEGV / SIGBUS turned into an error (libhdf5
- * 1.10 can crash on a corrupt global heap). 0, -1 (HDF5 error), -2 (the library faulted). */
-static int ac_guarded_vl_read(hid_t a, hid_t mt, char **vl) {
-    struct sigaction sa, old_segv, old_bus;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = ac_fault;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &old_segv);
-    sigaction(SIGBUS, &sa, &old_bus);
-    volatile int rc = -2;
-    if (sigsetjmp(ac_jmp, 1) == 0) {
-        ac_armed = 1;
-        rc = H5Aread(a, mt, vl) < 0 ? -1 : 0;
-    }
-    ac_armed = 0;
-    if (rc == -2) gio_set_faulted();
-    sigaction(SIGSEGV, &old_segv, NULL);
-    sigaction(SIGBUS, &old_bus, NULL);
-    return rc;
-}
-
 /* An optional scalar string attribute into a malloc'd *out (NULL when absent). */
 qc_status ac_attr_str(const ac_ctx *c, hid_t obj, const char *objpath, const char *name,
                       char **out) {
@@ -121,7 +89,7 @@ qc_status ac_attr_str(const ac_ctx *c, hid_t obj, const char *objpath, const cha
         char *vl = NULL;
         if (H5Tset_size(mt, H5T_VARIABLE) < 0) goto h5fail;
         H5Tset_cset(mt, H5Tget_cset(ft));
-        int rc = ac_guarded_vl_read(a, mt, &vl);
+        int rc = gio_guarded_vl_read(a, mt, &vl);
         if (rc == -2) {
             st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s (attr %s): corrupt variable-length string "
                          "(the HDF5 library crashed reading it)", c->file, objpath, name);

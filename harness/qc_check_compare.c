@@ -124,6 +124,21 @@ void ck_pl_add(partlist *pl, const qc_tdesc *d, const float *a, const float *g) 
     pl->n++;
 }
 
+/* Add layer l's state buffer of class cls at `when` ("prefill"/"decode") to the plan, with
+ * its path and the geometry the metrics need. */
+void ck_pl_add_state(partlist *pl, const qc_config *cfg, const char *when, int l, qc_tclass cls,
+                     int nd, const int64_t *sh, const float *pa, const float *pg) {
+    char path[160];
+    snprintf(path, sizeof path, "%s/state/layer_%02d/%s", when, l, qc_tclass_str(cls));
+    qc_tdesc d;
+    qc_tdesc_init(&d, cls, path, nd, sh);
+    d.layer = l;
+    d.key_dim = qc_cfg_key_dim(cfg);
+    d.dk = cfg->lin_k_dim;
+    d.dv = cfg->lin_v_dim;
+    ck_pl_add(pl, &d, pa, pg);
+}
+
 void ck_desc_logits(qc_tdesc *d, const char *path, int rows, int V, int pos0, int decode) {
     int64_t sh[2] = {rows, V};
     qc_tdesc_init(d, QC_TC_LOGITS, path, 2, sh);
@@ -167,16 +182,7 @@ void ck_add_state_parts(partlist *pl, const qc_config *cfg, const char *when, in
                 sh[0] = cfg->lin_n_v_heads, sh[1] = cfg->lin_k_dim, sh[2] = cfg->lin_v_dim;
             }
             if (!pa || !pg) continue;
-            char path[160];
-            snprintf(path, sizeof path, "%s/state/layer_%02d/%s", when, l,
-                     qc_tclass_str((qc_tclass)k));
-            qc_tdesc d;
-            qc_tdesc_init(&d, (qc_tclass)k, path, nd, sh);
-            d.layer = l;
-            d.key_dim = qc_cfg_key_dim(cfg);
-            d.dk = cfg->lin_k_dim;
-            d.dv = cfg->lin_v_dim;
-            ck_pl_add(pl, &d, pa, pg);
+            ck_pl_add_state(pl, cfg, when, l, (qc_tclass)k, nd, sh, pa, pg);
         }
     }
 }

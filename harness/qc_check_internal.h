@@ -137,6 +137,9 @@ void ck_row_init(qc_check_row *r, const char *stem, const char *case_name, const
 void ck_emit_simple(ctx *c, const char *case_name, const char *backend, const char *mode,
                     const char *check, qc_verdict v, const char *keyline, char *detail);
 void ck_pl_add(partlist *pl, const qc_tdesc *d, const float *a, const float *g);
+/* ck_pl_add of layer l's state buffer `cls` at `when`, path and geometry filled in. */
+void ck_pl_add_state(partlist *pl, const qc_config *cfg, const char *when, int l, qc_tclass cls,
+                     int nd, const int64_t *sh, const float *pa, const float *pg);
 void ck_desc_logits(qc_tdesc *d, const char *path, int rows, int V, int pos0, int decode);
 /* The state tensors of class cls (every class when cls < 0) at "prefill" / "decode". */
 void ck_add_state_parts(partlist *pl, const qc_config *cfg, const char *when, int cls,

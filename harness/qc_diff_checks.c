@@ -147,16 +147,7 @@ static void qd_state_parts(partlist *pl, const qc_config *cfg, const char *when,
                 pg = s;
                 sh[1] = K - 1;
             }
-            char path[160];
-            snprintf(path, sizeof path, "%s/state/layer_%02d/%s", when, l,
-                     qc_tclass_str((qc_tclass)k));
-            qc_tdesc dd;
-            qc_tdesc_init(&dd, (qc_tclass)k, path, nd, sh);
-            dd.layer = l;
-            dd.key_dim = qc_cfg_key_dim(cfg);
-            dd.dk = cfg->lin_k_dim;
-            dd.dv = cfg->lin_v_dim;
-            ck_pl_add(pl, &dd, pa, pg);
+            ck_pl_add_state(pl, cfg, when, l, (qc_tclass)k, nd, sh, pa, pg);
         }
     }
 }

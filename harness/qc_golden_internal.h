@@ -41,5 +41,9 @@ qc_status gio_state_alloc_ptrs(const qc_config *cfg, qc_golden_state *gs);
 const char *gio_positions_what(const qc_config *cfg);
 /* Mark the HDF5 library as unusable (qc_golden_hdf5_faulted): the caller must leave with _exit. */
 void gio_set_faulted(void);
+/* H5Aread of a variable-length string with SIGSEGV / SIGBUS turned into an error (libhdf5 1.10
+ * can crash on a corrupt global heap; the fault is remembered, see qc_golden_hdf5_faulted).
+ * Returns 0, -1 (HDF5 error) or -2 (the library faulted). One guard for every reader. */
+int gio_guarded_vl_read(hid_t a, hid_t mt, char **vl);
 
 #endif /* QC_GOLDEN_INTERNAL_H */

@@ -183,7 +183,7 @@ static void vl_fault(int sig) {
     raise(sig);
 }
 
-static int guarded_vl_read(hid_t a, hid_t mt, char **vl) {
+int gio_guarded_vl_read(hid_t a, hid_t mt, char **vl) {
     struct sigaction sa, old_segv, old_bus;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = vl_fault;
@@ -263,7 +263,7 @@ static qc_status attr_string(const rd_ctx *c, hid_t obj, const char *objpath, co
     if (is_vl) {
         if (H5Tset_size(mt, H5T_VARIABLE) < 0) goto h5fail;
         H5Tset_cset(mt, H5Tget_cset(ft));
-        int rc = guarded_vl_read(a, mt, &vl);
+        int rc = gio_guarded_vl_read(a, mt, &vl);
         if (rc == -2) {
             st = qc_errf(c->err, QC_ERR_HDF5,
                          "%s: %s%s%s: corrupt variable-length string (the HDF5 library crashed "
