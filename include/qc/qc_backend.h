@@ -44,6 +44,11 @@ typedef enum { QC_DN_CHUNKED = 0, QC_DN_RECURRENT = 1 } qc_dn_kernel;
  *   norm (Hugging Face's hidden_states convention). data is [n_tokens, dim] for positions
  *   start_pos .. start_pos+n_tokens-1. `name` is "hidden". The data is only valid during the
  *   call. */
+/* MoE models add two trace names (a consumer of hidden states must check name == "hidden"):
+ *   "moe_in"      index = layer i (0..L-1), dim = H: the residual stream after layer i's mixer
+ *                 (attention or DeltaNet) and before its MoE block (tells mixer from MoE).
+ *   "router_topk" index = layer i, dim = 2k: per token, the k chosen expert ids (as floats, in
+ *                 descending router probability) followed by their k renormalised weights. */
 typedef void (*qc_trace_fn)(void *user, int index, const char *name, int start_pos,
                             int n_tokens, int dim, const float *data);
 

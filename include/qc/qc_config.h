@@ -18,7 +18,13 @@ typedef enum { QC_LAYER_LINEAR = 0, QC_LAYER_FULL = 1 } qc_layer_kind;
 typedef struct {
     int vocab_size;            /* V: embedding rows */
     int hidden_size;           /* H */
-    int intermediate_size;     /* I: SwiGLU width */
+    int intermediate_size;     /* I: SwiGLU width (dense models; 0 in a MoE config) */
+    /* MoE (model_type qwen3_5_moe / qwen3_5_moe_text): every layer's MLP is a routed mixture of
+     * experts plus one sigmoid-gated shared expert. All four are 0 for a dense model. */
+    int n_experts;             /* E: routed experts per layer (num_experts) */
+    int n_experts_per_tok;     /* k: experts chosen per token (num_experts_per_tok), 1..E */
+    int moe_intermediate_size; /* Ie: SwiGLU width of one routed expert */
+    int shared_expert_intermediate_size; /* Is: SwiGLU width of the shared expert */
     int n_layers;              /* L */
     int n_heads;               /* full attention query heads (nh) */
     int n_kv_heads;            /* full attention kv heads (nkv) */
@@ -39,6 +45,7 @@ typedef struct {
 } qc_config;
 
 /* Derived sizes. */
+static inline int qc_cfg_is_moe(const qc_config *c) { return c->n_experts > 0; }
 static inline int qc_cfg_key_dim(const qc_config *c) { return c->lin_n_k_heads * c->lin_k_dim; }
 static inline int qc_cfg_value_dim(const qc_config *c) { return c->lin_n_v_heads * c->lin_v_dim; }
 static inline int qc_cfg_conv_dim(const qc_config *c) {

@@ -47,6 +47,17 @@ typedef struct {
     qc_tensor mlp_gate;     /* [I, H] */
     qc_tensor mlp_up;       /* [I, H] */
     qc_tensor mlp_down;     /* [H, I] */
+    /* MoE models: every layer has these instead of mlp_* (absent in a dense model). The per-
+     * expert hub layout (experts.{e}.gate_proj/up_proj/down_proj.weight) is stacked at load
+     * into the fused shapes below. */
+    qc_tensor router;       /* [E, H] mlp.gate.weight: router logits */
+    qc_tensor exp_gate_up;  /* [E, 2*Ie, H] mlp.experts.gate_up_proj: rows [gate (Ie) | up (Ie)] */
+    qc_tensor exp_down;     /* [E, H, Ie] mlp.experts.down_proj */
+    qc_tensor sh_gate;      /* [Is, H] mlp.shared_expert.gate_proj.weight */
+    qc_tensor sh_up;        /* [Is, H] mlp.shared_expert.up_proj.weight */
+    qc_tensor sh_down;      /* [H, Is] mlp.shared_expert.down_proj.weight */
+    qc_tensor sh_expert_gate; /* [1, H] mlp.shared_expert_gate.weight: one sigmoid scalar per token,
+                                 applied to the shared expert's output only */
     /* full attention layers (absent on linear layers) */
     qc_tensor q_proj;       /* [2*nh*hd, H], rows per head: [query (hd) | gate (hd)] */
     qc_tensor k_proj;       /* [nkv*hd, H] */
