@@ -131,6 +131,13 @@ qc_status qc_out_write_file(const char *path, const void *data, size_t n, unsign
 
 /* See 3. above. Idempotent. */
 void qc_outpath_install_signal_handlers(void);
+/* Deferred signals, for writers of what a handler cannot remove (a temp directory tree):
+ * between defer_signals(1) and (0) a SIGINT/SIGTERM/SIGHUP is only recorded; the writer polls
+ * signal_pending() (the signal number, 0 if none) between files, removes its temp tree and calls
+ * reraise(sig), which removes the registered temp files and ends the process with sig. */
+void qc_outpath_defer_signals(int on);
+int qc_outpath_signal_pending(void);
+void qc_outpath_reraise(int sig);
 /* Number of temp files currently registered for removal on a signal (tests). */
 int qc_outpath_active_temps(void);
 

@@ -55,14 +55,45 @@ static void unlink_active(void) {
         if (slots_[i].active) unlink(slots_[i].path);
 }
 
+/* Deferred region (qc_outpath_defer_signals): a fatal signal is only recorded, and the code
+ * that opened the region cleans up what cannot be removed from a handler (a directory tree)
+ * and re-raises it. */
+static volatile sig_atomic_t defer_, pending_;
+
 /* Async-signal-safe: unlink + raise. SA_RESETHAND | SA_NODEFER: the re-raised signal takes
  * its default action at once (the process ends with status 128 + sig). */
 static void on_fatal_signal(int sig) {
     int saved = errno;
+    if (defer_) {
+        pending_ = sig;
+        /* SA_RESETHAND reset the disposition: take the signal again while deferring */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+        sigaction(sig, &sa, NULL);
+        errno = saved;
+        return;
+    }
     unlink_active();
     signal(sig, SIG_DFL);
     raise(sig);
     errno = saved;
+}
+
+void qc_outpath_defer_signals(int on) {
+    if (on) pending_ = 0;
+    defer_ = on != 0;
+}
+
+int qc_outpath_signal_pending(void) { return pending_; }
+
+void qc_outpath_reraise(int sig) {
+    defer_ = 0;
+    unlink_active();
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 static void at_exit_cleanup(void) { unlink_active(); }

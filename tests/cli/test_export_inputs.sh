@@ -193,6 +193,22 @@ mkdir -p "$TMP/emptyout"
 "$QC" export-inputs "$G" --out "$TMP/no/such/dir" >/dev/null 2>"$TMP/stderr"
 rc=$?
 [ "$rc" = 2 ] && [ ! -e "$TMP/no" ] && ok "--out whose parent is missing: exit 2" || bad "missing parent: exit $rc"
+# SIGINT / SIGTERM while the temp directory is being filled: nothing appears, no temp tree left
+for sig in INT TERM; do
+  mkdir -p "$TMP/sig$sig"
+  set -m  # job control: a background job keeps SIGINT (otherwise the shell ignores it for it)
+  QC_TEST_EXPORT_PAUSE_US=300000 "$QC" export-inputs "$G" --out "$TMP/sig$sig/out" >/dev/null 2>&1 &
+  p=$!
+  set +m
+  for _ in $(seq 50); do ls "$TMP/sig$sig" | grep -q '\.tmp\.' && break; sleep 0.05; done
+  seen=$(ls "$TMP/sig$sig")
+  kill -"$sig" "$p"; wait "$p"; rc=$?
+  left=$(ls -A "$TMP/sig$sig")
+  case "$sig" in INT) want=130;; TERM) want=143;; esac
+  [ -n "$seen" ] && [ "$rc" = "$want" ] && [ -z "$left" ] \
+    && ok "SIG$sig during the write: exit $rc, no --out, no temp directory" \
+    || bad "SIG$sig during the write: exit $rc (want $want), seen '$seen', left '$left'"
+done
 ls "$TMP" | grep -q '\.tmp\.' && bad "a temp directory was left in $TMP" || ok "no temp directory left"
 
 echo "# $pass passed, $fail failed"
