@@ -28,6 +28,7 @@ int parse_options(qc_llama *h, const char *options) {
     h->n_ctx = 4096;
     h->want_hidden = 1;
     h->guard = 1;
+    h->n_seqs = 1;
     h->reconvert = 0;
     if (!options || !options[0]) return QC_PLUGIN_OK;
     char buf[8192];
@@ -67,10 +68,12 @@ int parse_options(qc_llama *h, const char *options) {
             bad = parse_int(v, 0, 1, &h->reconvert);
         } else if (!strcmp(k, "fix_mrope")) {
             bad = parse_int(v, 0, 1, &h->fix_mrope);
+        } else if (!strcmp(k, "seqs")) {
+            bad = parse_int(v, 1, QC_LLAMACPP_MAX_SEQS, &h->n_seqs);
         } else {
             return set_err(NULL, QC_PLUGIN_UNSUPPORTED,
                            "unknown option '%s' (gguf, outtype, mtp, kv, flash_attn, threads, "
-                           "n_ctx, hidden, guard, reconvert, fix_mrope)", k);
+                           "n_ctx, hidden, guard, reconvert, fix_mrope, seqs)", k);
         }
         if (bad) return set_err(NULL, QC_PLUGIN_UNSUPPORTED, "option %s=%s: invalid value", k, v);
     }

@@ -51,6 +51,7 @@
 #define ERR_MAX 4096
 #define PATH_MAX_ 4096
 #define MAX_LAYERS 1024
+#define QC_LLAMACPP_MAX_SEQS 8
 
 
 /* ===================================================================================== */
@@ -70,6 +71,7 @@ typedef struct {
     int guard;
     int reconvert;
     int fix_mrope;
+    int n_seqs;                   /* seqs=N: llama.cpp sequences (n_seq_max), 1 = no SEQUENCES cap */
     int raw_layout;               /* QC_LLAMACPP_LAYOUT=raw: no head reorder / transpose */
 
     /* llama.cpp */
@@ -87,7 +89,9 @@ typedef struct {
     int nk, nv, dk, dv;           /* linear-attention heads and head dims */
     int file_type;                /* general.file_type */
 
-    /* sequence */
+    /* sequence: the current one's fields here; the others parked in seqs[] (select_sequence
+     * swaps them), each a llama.cpp seq id of its own */
+    int seq;                      /* current sequence id, 0..QC_PLUGIN_MIN_SEQUENCES-1 */
     int32_t pos;                  /* positions consumed */
 
     /* hidden capture of the last forward: hidden[i] = [n_out, H], i = 0..L */
@@ -133,6 +137,12 @@ typedef struct {
         int valid;
     } snap[QC_PLUGIN_MIN_SNAPSHOTS];
 
+    struct {
+        int32_t pos;
+        float *conv_win;          /* [L * C * K] */
+        int conv_win_ok[MAX_LAYERS];
+    } seqs[QC_LLAMACPP_MAX_SEQS]; /* parked sequences (seqs[seq] unused while current) */
+
     char name[128];
     char err[ERR_MAX];
 } qc_llama;
@@ -165,6 +175,7 @@ static inline void invalidate_state(qc_llama *h) { h->blob_valid = 0; }
 int p_get_state(void *handle, int32_t layer, int32_t kind, int32_t n_pos, float *dst);
 int p_snapshot(void *handle, int32_t slot);  /* QC_CAP_SNAPSHOT */
 int p_restore(void *handle, int32_t slot);
+int p_select_sequence(void *handle, int32_t seq); /* QC_CAP_SEQUENCES */
 void free_snapshots(qc_llama *h);
 
 #endif /* QC_LLAMACPP_INTERNAL_H */

@@ -19,6 +19,8 @@
  *   guard=0|1         refuse models that v0.5.0 is known to abort on in-process (default 1;
  *                     guard=0 lets the abort happen, to observe it)
  *   reconvert=1       ignore a cached conversion (success or failure) and convert again
+ *   seqs=N            llama.cpp sequences (n_seq_max, unified KV; default 1). With N >= 3 the
+ *                     plugin announces QC_CAP_SEQUENCES (select_sequence)
  *   fix_mrope=1       convert with qc_convert.py --mrope-section auto (a workaround, off by
  *                     default: rope sections summing to rotary_dim/2 when config.json has none)
  * Conversion: QC_LLAMACPP_PYTHON qc_convert.py into <cache>/gguf/<key>/ where key hashes the
@@ -168,7 +170,8 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
     cp.n_ctx = (uint32_t)h->n_ctx;
     cp.n_batch = (uint32_t)h->n_ctx;
     cp.n_ubatch = 512;
-    cp.n_seq_max = 1;
+    cp.n_seq_max = (uint32_t)h->n_seqs;     /* independent sequences (select_sequence) */
+    if (h->n_seqs > 1) cp.kv_unified = true; /* ... sharing one n_ctx-cell KV buffer */
     cp.n_threads = h->threads;
     cp.n_threads_batch = h->threads;
     cp.flash_attn_type = h->flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -186,7 +189,10 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
     }
     apply_threads(h, h->threads);
     h->conv_win = calloc((size_t)h->L * h->C * h->K, sizeof(float));
-    if (!h->conv_win) {
+    int seqs_ok = 1;
+    for (int q = 0; q < h->n_seqs; q++)
+        seqs_ok &= (h->seqs[q].conv_win = calloc((size_t)h->L * h->C * h->K, sizeof(float))) != NULL;
+    if (!h->conv_win || !seqs_ok) {
         set_err(NULL, QC_PLUGIN_ERROR, "out of memory");
         p_close(h);
         return QC_PLUGIN_ERROR;
@@ -199,7 +205,8 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
     info->n_layers = h->L;
     info->max_tokens_per_call = 0;
     info->max_context_len = (int32_t)llama_n_ctx(h->ctx);
-    info->caps = QC_CAP_STATE_READ | QC_CAP_THREADS | QC_CAP_SNAPSHOT | (h->want_hidden ? QC_CAP_HIDDEN : 0);
+    info->caps = QC_CAP_STATE_READ | QC_CAP_THREADS | QC_CAP_SNAPSHOT |
+                 (h->n_seqs >= QC_PLUGIN_MIN_SEQUENCES ? QC_CAP_SEQUENCES : 0) | (h->want_hidden ? QC_CAP_HIDDEN : 0);
     snprintf(info->name, sizeof info->name, "%s", h->name);
     *handle = h;
     return QC_PLUGIN_OK;
@@ -208,7 +215,7 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
 static int p_reset(void *handle) {
     qc_llama *h = handle;
     if (!h) return QC_PLUGIN_ERROR;
-    llama_memory_clear(llama_get_memory(h->ctx), true);
+    llama_memory_seq_rm(llama_get_memory(h->ctx), h->seq, -1, -1); /* this sequence only */
     h->pos = 0;
     h->cap_tokens = 0;
     h->hid_ok = 0;
@@ -256,7 +263,7 @@ static int p_forward(void *handle, const int32_t *tokens, int32_t n, int32_t sta
         b.token[i] = tokens[i];
         b.pos[i] = start_pos + i;
         b.n_seq_id[i] = 1;
-        b.seq_id[i][0] = 0;
+        b.seq_id[i][0] = h->seq;
         b.logits[i] = (int8_t)(out_all || i == n - 1);
     }
     b.n_tokens = n;
@@ -330,7 +337,7 @@ static const qc_runtime_plugin g_plugin = {
     .set_option = p_set_option,
     .snapshot = p_snapshot,
     .restore = p_restore,
-    .select_sequence = NULL, /* one sequence (n_seq_max 1) */
+    .select_sequence = p_select_sequence,
     .trim = NULL,            /* the recurrent memory cannot be rolled back in place */
 };
 

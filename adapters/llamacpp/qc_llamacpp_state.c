@@ -85,7 +85,7 @@ static int parse_kv(qc_llama *h, rd *r, size_t ext, char *why, size_t nw) {
         if (ext && !rd_span(r, ext)) return -1;
         for (uint32_t s = 0; s < nsid; s++) {
             int32_t sid;
-            if (rd_take(r, &sid, 4) || sid != 0) {
+            if (rd_take(r, &sid, 4) || sid != h->seq) {
                 snprintf(why, nw, "kv: cell %u seq id", c);
                 return -1;
             }
@@ -193,12 +193,12 @@ static int parse_rs(qc_llama *h, rd *r, char *why, size_t nw) {
 static int load_state(qc_llama *h) {
     if (h->blob_valid) return QC_PLUGIN_OK;
     if (h->pos < 0) return set_err(h, QC_PLUGIN_ERROR, "get_state: the last forward failed");
-    size_t n = llama_state_seq_get_size(h->ctx, 0);
+    size_t n = llama_state_seq_get_size(h->ctx, h->seq);
     if (n < 8) return set_err_log(h, QC_PLUGIN_ERROR, "get_state: llama_state_seq_get_size returned < 8");
     uint8_t *b = realloc(h->blob, n);
     if (!b) return set_err(h, QC_PLUGIN_ERROR, "out of memory (state blob)");
     h->blob = b;
-    size_t got = llama_state_seq_get_data(h->ctx, b, n, 0);
+    size_t got = llama_state_seq_get_data(h->ctx, b, n, h->seq);
     if (got != n) return set_err_log(h, QC_PLUGIN_ERROR, "get_state: llama_state_seq_get_data size mismatch");
     h->blob_n = n;
     /* magic, seq id, then the hybrid memory: attention KV cache, then the recurrent memory.
@@ -211,7 +211,7 @@ static int load_state(qc_llama *h) {
         rd r = {b, b + n, 0};
         uint32_t magic;
         int32_t sid;
-        if (rd_take(&r, &magic, 4) || rd_take(&r, &sid, 4) || magic != 0xaf143cd8u || sid != 0)
+        if (rd_take(&r, &magic, 4) || rd_take(&r, &sid, 4) || magic != 0xaf143cd8u || sid != h->seq)
             return set_err(h, QC_PLUGIN_ERROR, "get_state: unexpected blob header (magic %08x, seq %d)", magic, sid);
         if (h->n_full > 0) {
             if (parse_kv(h, &r, exts[e], why, sizeof why) != 0) continue;
@@ -382,7 +382,7 @@ int p_snapshot(void *handle, int32_t slot) {
     if (!h) return QC_PLUGIN_ERROR;
     if (slot_ok(h, slot, "snapshot")) return QC_PLUGIN_ERROR;
     if (h->pos < 0) return set_err(h, QC_PLUGIN_ERROR, "snapshot: the last forward failed");
-    size_t n = llama_state_seq_get_size(h->ctx, 0);
+    size_t n = llama_state_seq_get_size(h->ctx, h->seq);
     size_t cw = (size_t)h->L * h->C * h->K;
     uint8_t *b = malloc(n ? n : 1);
     float *w = malloc((cw ? cw : 1) * sizeof(float));
@@ -391,7 +391,7 @@ int p_snapshot(void *handle, int32_t slot) {
         free(w);
         return set_err(h, QC_PLUGIN_ERROR, "snapshot: out of memory (%zu bytes)", n);
     }
-    if (llama_state_seq_get_data(h->ctx, b, n, 0) != n) {
+    if (llama_state_seq_get_data(h->ctx, b, n, h->seq) != n) {
         free(b);
         free(w);
         return set_err_log(h, QC_PLUGIN_ERROR, "snapshot: llama_state_seq_get_data size mismatch");
@@ -415,9 +415,9 @@ int p_restore(void *handle, int32_t slot) {
     if (!h->snap[slot].valid) return set_err(h, QC_PLUGIN_ERROR, "restore: slot %d was never written", slot);
     /* llama_state_seq_set_data replaces sequence 0's cells; clear them first so nothing of
      * the current sequence (garbage included) survives */
-    llama_memory_seq_rm(llama_get_memory(h->ctx), 0, -1, -1);
+    llama_memory_seq_rm(llama_get_memory(h->ctx), h->seq, -1, -1);
     ring_clear();
-    size_t got = llama_state_seq_set_data(h->ctx, h->snap[slot].blob, h->snap[slot].n, 0);
+    size_t got = llama_state_seq_set_data(h->ctx, h->snap[slot].blob, h->snap[slot].n, h->seq);
     invalidate_state(h);
     h->cap_tokens = 0;
     h->hid_ok = 0;
@@ -432,7 +432,38 @@ int p_restore(void *handle, int32_t slot) {
     return QC_PLUGIN_OK;
 }
 
+/* ===================================================================================== */
+/* sequences                                                                             */
+/* ===================================================================================== */
+
+int p_select_sequence(void *handle, int32_t seq) {
+    qc_llama *h = handle;
+    if (!h) return QC_PLUGIN_ERROR;
+    if (seq < 0 || seq >= h->n_seqs)
+        return set_err(h, QC_PLUGIN_UNSUPPORTED, "select_sequence: %d outside 0..%d (option seqs=%d)", seq,
+                       h->n_seqs - 1, h->n_seqs);
+    if (seq == h->seq) return QC_PLUGIN_OK;
+    size_t cw = (size_t)h->L * h->C * h->K * sizeof(float);
+    /* park the current sequence's plugin-side fields, take the other's */
+    h->seqs[h->seq].pos = h->pos;
+    memcpy(h->seqs[h->seq].conv_win, h->conv_win, cw);
+    memcpy(h->seqs[h->seq].conv_win_ok, h->conv_win_ok, sizeof h->conv_win_ok);
+    h->seq = seq;
+    h->pos = h->seqs[seq].pos;
+    memcpy(h->conv_win, h->seqs[seq].conv_win, cw);
+    memcpy(h->conv_win_ok, h->seqs[seq].conv_win_ok, sizeof h->conv_win_ok);
+    invalidate_state(h);
+    h->cap_tokens = 0; /* hidden states belong to the last forward of the sequence that ran it */
+    h->hid_ok = 0;
+    memset(h->hid_rows, 0, sizeof h->hid_rows);
+    return QC_PLUGIN_OK;
+}
+
 void free_snapshots(qc_llama *h) {
+    for (int s = 0; s < QC_LLAMACPP_MAX_SEQS; s++) {
+        free(h->seqs[s].conv_win);
+        h->seqs[s].conv_win = NULL;
+    }
     for (int s = 0; s < QC_PLUGIN_MIN_SNAPSHOTS; s++) {
         free(h->snap[s].blob);
         free(h->snap[s].conv_win);
