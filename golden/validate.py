@@ -87,6 +87,10 @@ def _check_root(f, rep):
         rep.err("/ (attr seed)", "missing")
     elif not _is_int_scalar(a["seed"]):
         rep.err("/ (attr seed)", "not an integer (%r)" % (a["seed"],))
+    if "router_margin_threshold" in a:
+        thr = a["router_margin_threshold"]
+        if not isinstance(thr, (float, np.floating)) or not 0 < float(thr) < 1:
+            rep.err("/ (attr router_margin_threshold)", "%r is not a float in (0, 1)" % (thr,))
     if rep.errors:
         return None
     for name in ("config_sha256", "weights_sha256"):
@@ -190,6 +194,37 @@ def _check_state(f, group, cfg, n_pos, rep):
             _dataset(f, lg + "/" + name, rep, shape, "f")
 
 
+def _check_moe(f, g, cfg, n, rep):
+    """Optional MoE extras of one phase g (<case>/prefill or <case>/decode, n rows):
+    router/{topk_ids, topk_weights, margins} and moe_in (golden/SCHEMA.md "MoE")."""
+    have = [x for x in ("router", "moe_in") if g + "/" + x in f]
+    if not have:
+        return
+    if not cfg.is_moe:
+        rep.err(g + "/" + have[0], "MoE dataset in the golden of a dense model")
+        return
+    L, H, E, k = cfg.num_hidden_layers, cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok
+    _dataset(f, g + "/moe_in", rep, (L, n, H), "f")
+    ids = _dataset(f, g + "/router/topk_ids", rep, (L, n, k), "i")
+    w = _dataset(f, g + "/router/topk_weights", rep, (L, n, k), "f")
+    m = _dataset(f, g + "/router/margins", rep, (L, n), "f")
+    if ids is not None and ids.size:
+        if ids.min() < 0 or ids.max() >= E:
+            rep.err(g + "/router/topk_ids", "expert id outside [0, %d)" % E)
+        elif any(len(set(r)) != k for r in ids.reshape(-1, k).tolist()):
+            rep.err(g + "/router/topk_ids", "an expert chosen twice for one token")
+    if w is not None and w.size:
+        if np.abs(w.astype(np.float64).sum(-1) - 1.0).max() > 1e-5 or w.min() <= 0:
+            rep.err(g + "/router/topk_weights", "rows are not positive weights summing to 1 "
+                    "(renormalised top-k)")
+        elif (np.diff(w, axis=-1) > 1e-7).any():
+            rep.err(g + "/router/topk_weights", "not in descending probability order")
+    thr = f.attrs.get("router_margin_threshold")
+    if m is not None and m.size and thr is not None and float(m.min()) < float(thr):
+        rep.err(g + "/router/margins", "min %g < the root attribute router_margin_threshold %g"
+                % (m.min(), thr))
+
+
 def _top2(row):
     i = int(np.argmax(row))
     r = row.astype(np.float64)
@@ -228,6 +263,7 @@ def _check_case(f, name, cfg, rep):
     logits = _dataset(f, g + "/prefill/logits", rep, (T, V), "f")
     _dataset(f, g + "/prefill/hidden", rep, (L + 1, T, H), "f")
     _check_state(f, g + "/prefill/state", cfg, P + T, rep)
+    _check_moe(f, g + "/prefill", cfg, T, rep)
 
     if g + "/decode" not in f:
         return
@@ -241,6 +277,7 @@ def _check_case(f, name, cfg, rep):
     dlog = _dataset(f, d + "/logits", rep, (S, V), "f")
     margins = _dataset(f, d + "/margins", rep, (S,), "f")
     _check_state(f, d + "/state", cfg, P + T + S, rep)
+    _check_moe(f, d, cfg, S, rep)
     if toks is None or dlog is None or logits is None:
         return
     rows = [logits[-1]] + [dlog[s] for s in range(S - 1)]

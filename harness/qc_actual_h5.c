@@ -25,152 +25,28 @@ int qc_layout_parse(const char *s, qc_layout *out) {
     return 0;
 }
 
-static void fmt_dims(int rank, const hsize_t *dims, char *buf, size_t n) {
-    size_t o = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < rank && o < n; d++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%llu", d ? "," : "", (unsigned long long)dims[d]);
-    if (o < n) snprintf(buf + o, n - o, "]");
-}
-
-/* The object `name` under loc as a group, or H5I_INVALID_HID (absent / not a group). */
-hid_t ac_group(hid_t loc, const char *name) {
-    if (loc < 0) return H5I_INVALID_HID;
-    htri_t e = H5Lexists(loc, name, H5P_DEFAULT);
-    if (e <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return H5I_INVALID_HID;
-    }
-    hid_t o = H5Oopen(loc, name, H5P_DEFAULT);
-    if (o < 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return H5I_INVALID_HID;
-    }
-    if (H5Iget_type(o) != H5I_GROUP) {
-        H5Oclose(o);
-        return H5I_INVALID_HID;
-    }
-    return o;
-}
-
-int ac_link(hid_t loc, const char *name) {
-    if (loc < 0) return 0;
-    htri_t e = H5Lexists(loc, name, H5P_DEFAULT);
-    if (e < 0) H5Eclear2(H5E_DEFAULT);
-    return e > 0;
-}
-
 /* ===================================================================================== */
 /* attributes                                                                            */
 /* ===================================================================================== */
 
-/* An optional scalar string attribute into a malloc'd *out (NULL when absent). */
+/* The optional attributes of an ACTUAL file through the golden reader's readers, their
+ * messages naming "<objpath> (attr <name>)". */
 qc_status ac_attr_str(const ac_ctx *c, hid_t obj, const char *objpath, const char *name,
                       char **out) {
-    qc_status st = QC_OK;
-    hid_t a = H5I_INVALID_HID, ft = H5I_INVALID_HID, mt = H5I_INVALID_HID,
-          sp = H5I_INVALID_HID;
-    char h5msg[300];
-    *out = NULL;
-    if (H5Aexists(obj, name) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return QC_OK;
-    }
-    if ((a = H5Aopen(obj, name, H5P_DEFAULT)) < 0 || (ft = H5Aget_type(a)) < 0 ||
-        (sp = H5Aget_space(a)) < 0)
-        goto h5fail;
-    if (H5Tget_class(ft) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) {
-        st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s (attr %s): not a scalar string", c->file,
-                     objpath, name);
-        goto done;
-    }
-    htri_t is_vl = H5Tis_variable_str(ft);
-    if (is_vl < 0 || (mt = H5Tcopy(H5T_C_S1)) < 0) goto h5fail;
-    if (is_vl) {
-        char *vl = NULL;
-        if (H5Tset_size(mt, H5T_VARIABLE) < 0) goto h5fail;
-        H5Tset_cset(mt, H5Tget_cset(ft));
-        int rc = gio_guarded_vl_read(a, mt, &vl);
-        if (rc == -2) {
-            st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s (attr %s): corrupt variable-length string "
-                         "(the HDF5 library crashed reading it)", c->file, objpath, name);
-            goto done;
-        }
-        if (rc < 0) goto h5fail;
-        *out = strdup(vl ? vl : "");
-        H5free_memory(vl);
-    } else {
-        size_t sz = H5Tget_size(ft);
-        char *buf = calloc(sz + 1, 1);
-        if (!buf || H5Tset_size(mt, sz) < 0 || H5Tset_strpad(mt, H5T_STR_NULLPAD) < 0 ||
-            H5Aread(a, mt, buf) < 0) {
-            free(buf);
-            if (!buf) {
-                st = qc_errf(c->err, QC_ERR_OOM, "%s: %s (attr %s): out of memory", c->file,
-                             objpath, name);
-                goto done;
-            }
-            goto h5fail;
-        }
-        *out = buf;
-    }
-    if (!*out) st = qc_errf(c->err, QC_ERR_OOM, "%s: out of memory", c->file);
-    goto done;
-h5fail:
-    st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s (attr %s): cannot read: %s", c->file, objpath, name,
-                 gio_h5_errdesc(h5msg, sizeof h5msg));
-done:
-    CLOSE_S(sp);
-    CLOSE_T(mt);
-    CLOSE_T(ft);
-    CLOSE_A(a);
-    return st;
+    const gio_ctx g = {c->file, c->err, GIO_ATTR_PAREN};
+    return gio_attr_str(&g, obj, objpath, name, 0, out);
 }
 
-/* An optional string attribute into buf (too long: an error). */
 qc_status ac_attr_buf(const ac_ctx *c, hid_t obj, const char *objpath, const char *name,
                       char *buf, size_t n) {
-    char *s = NULL;
-    qc_status st = ac_attr_str(c, obj, objpath, name, &s);
-    buf[0] = '\0';
-    if (st || !s) return st;
-    if (strlen(s) >= n) st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s (attr %s): too long (%zu "
-                                     "bytes, at most %zu)", c->file, objpath, name, strlen(s),
-                                     n - 1);
-    else memcpy(buf, s, strlen(s) + 1);
-    free(s);
-    return st;
+    const gio_ctx g = {c->file, c->err, GIO_ATTR_PAREN};
+    return gio_attr_buf(&g, obj, objpath, name, 0, buf, n);
 }
 
-/* An integer scalar attribute; *present = 0 when absent. */
 qc_status ac_attr_int(const ac_ctx *c, hid_t obj, const char *objpath, const char *name,
                       int64_t *out, int *present) {
-    qc_status st = QC_OK;
-    hid_t a = H5I_INVALID_HID, ft = H5I_INVALID_HID, sp = H5I_INVALID_HID;
-    char h5msg[300];
-    *present = 0;
-    if (H5Aexists(obj, name) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return QC_OK;
-    }
-    if ((a = H5Aopen(obj, name, H5P_DEFAULT)) < 0 || (ft = H5Aget_type(a)) < 0 ||
-        (sp = H5Aget_space(a)) < 0)
-        goto h5fail;
-    if (H5Tget_class(ft) != H5T_INTEGER || H5Sget_simple_extent_npoints(sp) != 1) {
-        st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s (attr %s): not an integer scalar", c->file,
-                     objpath, name);
-        goto done;
-    }
-    if (H5Aread(a, H5T_NATIVE_INT64, out) < 0) goto h5fail;
-    *present = 1;
-    goto done;
-h5fail:
-    st = qc_errf(c->err, QC_ERR_HDF5, "%s: %s (attr %s): cannot read: %s", c->file, objpath, name,
-                 gio_h5_errdesc(h5msg, sizeof h5msg));
-done:
-    CLOSE_S(sp);
-    CLOSE_T(ft);
-    CLOSE_A(a);
-    return st;
+    const gio_ctx g = {c->file, c->err, GIO_ATTR_PAREN};
+    return gio_attr_int(&g, obj, objpath, name, 0, out, present);
 }
 
 /* ===================================================================================== */
@@ -185,7 +61,7 @@ static qc_status ac_open(const ac_ctx *c, hid_t loc, const char *locpath, const 
     hid_t ft = H5I_INVALID_HID, sp = H5I_INVALID_HID;
     char h5msg[300];
     *d = H5I_INVALID_HID;
-    if (!ac_link(loc, rel)) return QC_OK;
+    if (!gio_link_exists(loc, rel)) return QC_OK;
     hid_t o = H5Oopen(loc, rel, H5P_DEFAULT);
     if (o < 0 || H5Iget_type(o) != H5I_DATASET) {
         if (o >= 0) H5Oclose(o);
@@ -243,7 +119,7 @@ static int ac_match(const ac_ctx *c, const char *path, qc_layout layout, int ran
     }
     char have[160], list[900];
     size_t o = 0;
-    fmt_dims(rank, dims, have, sizeof have);
+    gio_fmt_dims(rank, dims, have, sizeof have);
     list[0] = '\0';
     for (int i = 0; i < n && o < sizeof list; i++) {
         if (layout == QC_LAYOUT_CANONICAL && cand[i].tag != AC_CANON) continue;

@@ -9,6 +9,7 @@
 #include <hdf5.h>
 
 #include "qc_actual.h"
+#include "qc_golden_internal.h"
 
 typedef struct {
     const char *file; /* the ACTUAL path, for messages */
@@ -27,11 +28,8 @@ typedef struct {
     const char *what; /* "canonical", "hf", "hf last row", ... */
 } ac_shape;
 
-/* The object `name` under loc opened as a group (the caller closes it), or H5I_INVALID_HID. */
-hid_t ac_group(hid_t loc, const char *name);
-/* 1 when loc has a link `name`. */
-int ac_link(hid_t loc, const char *name);
-/* Optional scalar attributes: a malloc'd string (*out NULL when absent), a string into buf,
+/* (groups and links: gio_group_if / gio_link_exists, qc_golden_internal.h)
+ * Optional scalar attributes (gio_attr_* of the golden reader): a malloc'd string (*out NULL when absent), a string into buf,
  * an integer (*present 0 when absent). */
 qc_status ac_attr_str(const ac_ctx *c, hid_t obj, const char *objpath, const char *name,
                       char **out);

@@ -58,7 +58,7 @@ static qc_status ac_logits(const ac_ctx *c, qc_actual_case *ac, qc_layout layout
         cand[n++] = (ac_shape){AC_HF, 3, {1, 1, V}, 1, "hf last row"};
     }
     int variant = 0;
-    if (!ac_link(pg, "logits")) {
+    if (!gio_link_exists(pg, "logits")) {
         free(pos);
         return qc_errf(c->err, QC_ERR_MISSING, "%s: %s: missing dataset (the one tensor every "
                        "ACTUAL case must have)", c->file, path);
@@ -94,7 +94,7 @@ static qc_status ac_state(const ac_ctx *c, qc_actual_case *ac, qc_layout layout,
     char spath[300];
     snprintf(spath, sizeof spath, "%s/state", parentpath);
     memset(gs, 0, sizeof *gs);
-    hid_t sg = ac_group(parent, "state");
+    hid_t sg = gio_group_if(parent, "state");
     if (sg < 0) return QC_OK;
     qc_status st = gio_state_alloc_ptrs(cfg, gs);
     if (st) {
@@ -115,12 +115,12 @@ static qc_status ac_state(const ac_ctx *c, qc_actual_case *ac, qc_layout layout,
         char lname[32], lpath[340];
         snprintf(lname, sizeof lname, "layer_%02d", l);
         snprintf(lpath, sizeof lpath, "%s/%s", spath, lname);
-        hid_t lg = ac_group(sg, lname);
+        hid_t lg = gio_group_if(sg, lname);
         if (lg < 0) continue;
         const char *wrong[2] = {full ? "conv_state" : "k_cache",
                                 full ? "recurrent_state" : "v_cache"};
         for (int k = 0; k < 2; k++)
-            if (ac_link(lg, wrong[k]) && !ac->note[0])
+            if (gio_link_exists(lg, wrong[k]) && !ac->note[0])
                 snprintf(ac->note, sizeof ac->note, "%s: %s/%s: ignored: layer %d is a %s layer "
                          "in the golden's config", c->file, lpath, wrong[k], l,
                          full ? "full_attention" : "linear_attention");
@@ -193,7 +193,7 @@ static qc_status ac_case_from(const ac_ctx *c, qc_actual *a, qc_actual_case *ac,
                      &ac->n_history)) ||
         (st = ac_ids(c, ac, a->layout, g, casepath, "tokens", &ac->tokens, &ac->n_tokens)))
         return st;
-    if ((pg = ac_group(g, "prefill")) < 0)
+    if ((pg = gio_group_if(g, "prefill")) < 0)
         return qc_errf(c->err, QC_ERR_MISSING, "%s: %s/logits: missing dataset (the one tensor "
                        "every ACTUAL case must have)", c->file, ppath);
     if ((st = ac_logits(c, ac, a->layout, pg, ppath, cfg, gc))) goto done;
@@ -205,11 +205,11 @@ static qc_status ac_case_from(const ac_ctx *c, qc_actual *a, qc_actual_case *ac,
         goto done;
     if ((st = ac_state(c, ac, a->layout, pg, ppath, cfg, (int)(P + T), &ac->prefill_state)))
         goto done;
-    if ((dg = ac_group(g, "decode")) >= 0) {
+    if ((dg = gio_group_if(g, "decode")) >= 0) {
         if ((st = ac_ids(c, ac, a->layout, dg, dpath, "tokens", &ac->decode_tokens,
                          &ac->n_decode_tokens)))
             goto done;
-        if (ac_link(dg, "logits") && S == 0) {
+        if (gio_link_exists(dg, "logits") && S == 0) {
             st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s/logits: the golden case has no decode "
                          "steps", c->file, dpath);
             goto done;
@@ -243,7 +243,7 @@ qc_status qc_actual_load_case(qc_actual *a, int i, const qc_config *cfg,
         return qc_errf(err, QC_ERR_HDF5, "%s: cannot open: %s", a->path,
                        gio_h5_errdesc(h5msg, sizeof h5msg));
     snprintf(casepath, sizeof casepath, "/cases/%s", ac->name);
-    hid_t cg = ac_group(f, "cases"), g = ac_group(cg, ac->name);
+    hid_t cg = gio_group_if(f, "cases"), g = gio_group_if(cg, ac->name);
     qc_status st;
     if (g < 0) st = qc_errf(err, QC_ERR_FORMAT, "%s: %s: not a group", a->path, casepath);
     else st = ac_case_from(&c, a, ac, g, casepath, cfg, gc);
@@ -290,7 +290,7 @@ static qc_status ac_case_names(const ac_ctx *c, qc_actual *a, hid_t cg, name_lis
         if (strlen(nm) >= sizeof a->cases[0].name || !gio_valid_case_name(nm))
             return qc_errf(c->err, QC_ERR_FORMAT, "%s: /cases/%s: invalid case name (want "
                            "[A-Za-z0-9_-]+, at most 63 chars)", c->file, nm);
-        hid_t g = ac_group(cg, nm);
+        hid_t g = gio_group_if(cg, nm);
         if (g < 0)
             return qc_errf(c->err, QC_ERR_FORMAT, "%s: /cases/%s: not a group", c->file, nm);
         CLOSE_G(g);
@@ -381,7 +381,7 @@ qc_status qc_actual_open(const char *path, qc_layout layout, qc_actual **out, qc
         goto done;
     }
     if ((st = ac_root(&c, a, root))) goto done;
-    if ((cg = ac_group(f, "cases")) < 0) {
+    if ((cg = gio_group_if(f, "cases")) < 0) {
         st = qc_errf(err, QC_ERR_MISSING, "%s: /cases: missing group", path);
         goto done;
     }

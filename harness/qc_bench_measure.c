@@ -1,103 +1,100 @@
-/* qc_bench_measure.c — the measuring of `qwen-conform bench`: the machine facts and the two
- * probes (streaming read of the weights, FMA loop; best of 3 passes per repetition), the
- * backends under test with their states, and the interleaved repetitions (rep 1 of every
- * backend and mode, then rep 2, ...) of the static prefill, the dynamic prefill and the
- * decode steps after it, in tokens/s. See qc_bench_internal.h.
+/* qc_bench_measure.c — the measuring of `qwen-conform bench`: the figures of a run (every
+ * backend x static prefill, dynamic prefill per --prompt, decode per --depth, at every
+ * --threads count), the backends under test with their states, warm-up and the interleaved
+ * repetitions (rep 1 of every backend and figure, then rep 2, ...; so ratios come from one run
+ * under the same machine load), in tokens/s. A sample that would take less than
+ * --min-time / reps seconds repeats its run until it does (tokens / seconds over the
+ * repeats), so tiny figures are not clock noise. See qc_bench_internal.h.
  */
 #include "qc_bench_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "qc_cli.h"
 #include "qc/qc_config.h"
 #include "qc/qc_prefill.h"
-#include "qc/qc_probe.h"
 #include "qc_cli_common.h"
 #include "qc_registry.h"
 
-double bench_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+/* ===================================================================================== */
+/* Figures                                                                                */
+/* ===================================================================================== */
+
+int bench_find_fig(const bench_report *R, int backend, int mode, int tokens, int depth,
+                   int threads) {
+    for (int i = 0; i < R->n_fig; i++) {
+        const bench_fig *f = &R->fig[i];
+        if (f->backend == backend && f->mode == mode && f->tokens == tokens && f->depth == depth &&
+            f->threads == threads)
+            return i;
+    }
+    return -1;
 }
 
-/* ===================================================================================== */
-/* Machine facts and probes                                                               */
-/* ===================================================================================== */
+int bench_add_fig(bench_report *R, int backend, int mode, int tokens, int depth, int threads,
+                  int ti) {
+    if (R->n_fig == MAX_FIGS) return -1;
+    bench_fig *f = &R->fig[R->n_fig];
+    memset(f, 0, sizeof *f);
+    f->backend = backend;
+    f->mode = mode;
+    f->tokens = tokens;
+    f->depth = depth;
+    f->threads = threads;
+    f->ti = ti;
+    f->base = -1;
+    return R->n_fig++;
+}
 
-static void cpu_model(char *buf, size_t n) {
-    snprintf(buf, n, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "model name", 10)) {
-            char *c = strchr(line, ':');
-            if (c) {
-                c++;
-                while (*c == ' ' || *c == '\t') c++;
-                c[strcspn(c, "\n")] = '\0';
-                snprintf(buf, n, "%s", c);
+static int in_list(const int *v, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return 1;
+    return 0;
+}
+
+/* every figure of every measured backend and thread count. Exit code (2: too many). */
+static int plan_figures(const bench_opts *o, bench_report *R, qc_err *err) {
+    for (int ti = 0; ti < o->n_threads; ti++) {
+        const int t = R->probe[ti].threads;
+        for (int b = 0; b < R->n_be; b++) {
+            const bench_backend *bb = &R->be[b];
+            int bad = 0;
+            if (bb->peer) continue;
+            if (bb->isref) {
+                bad |= bench_add_fig(R, b, BM_STATIC, o->ref_prompt, 0, t, ti) < 0;
+                bad |= bench_add_fig(R, b, BM_DYNAMIC, o->ref_prompt, 0, t, ti) < 0;
+                if (o->ref_decode > 0)
+                    bad |= bench_add_fig(R, b, BM_DECODE, o->ref_decode, o->ref_prompt, t, ti) < 0;
+            } else {
+                bad |= bench_add_fig(R, b, BM_STATIC, o->static_prompt, 0, t, ti) < 0;
+                for (int i = 0; i < o->n_prompts; i++)
+                    bad |= bench_add_fig(R, b, BM_DYNAMIC, o->prompts[i], 0, t, ti) < 0;
+                for (int i = 0; i < o->n_depths && o->decode > 0; i++)
+                    bad |= bench_add_fig(R, b, BM_DECODE, o->decode, o->depths[i], t, ti) < 0;
             }
-            break;
+            if (bad) {
+                qc_errf(err, QC_ERR_ARG, "more than %d figures: shorten the --prompt / --depth / "
+                        "--threads lists or the backends", MAX_FIGS);
+                return qc_cli_fail(PROG, err);
+            }
         }
     }
-    fclose(f);
+    return QC_EXIT_PASS;
 }
 
-/* the weight tensors a decode step streams: every layer tensor, final norm, lm_head, as
- * (bytes, length) segments for qc_probe_bandwidth_gbs */
-static int weight_segments(const qc_model *m, const void **seg_p, size_t *seg_n, int cap,
-                           double *total) {
-    int k = 0;
-    *total = 0;
-#define ADD(t)                                                                       \
-    do {                                                                             \
-        if ((t).ndim > 0 && (t).data && k < cap) {                                   \
-            seg_p[k] = (t).data;                                                     \
-            seg_n[k] = qc_tensor_numel(&(t)) * qc_dtype_size((t).dtype);             \
-            *total += (double)seg_n[k];                                              \
-            k++;                                                                     \
-        }                                                                            \
-    } while (0)
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const qc_layer_weights *w = &m->layers[l];
-        ADD(w->input_norm); ADD(w->post_norm); ADD(w->mlp_gate); ADD(w->mlp_up); ADD(w->mlp_down);
-        ADD(w->q_proj); ADD(w->k_proj); ADD(w->v_proj); ADD(w->o_proj); ADD(w->q_norm); ADD(w->k_norm);
-        ADD(w->in_proj_qkv); ADD(w->in_proj_z); ADD(w->in_proj_b); ADD(w->in_proj_a); ADD(w->conv1d);
-        ADD(w->dt_bias); ADD(w->A_log); ADD(w->lin_norm); ADD(w->out_proj);
+int bench_name_backends(const bench_opts *o, bench_report *R, qc_err *err) {
+    R->n_be = o->n_backends;
+    for (int b = 0; b < o->n_backends; b++) {
+        qc_runtime_spec rs;
+        if (qc_registry_parse(o->backends[b], 0, &rs, err)) return qc_cli_fail(PROG, err);
+        bench_backend *bb = &R->be[b];
+        snprintf(bb->name, sizeof bb->name, "%.127s", rs.name);
+        snprintf(bb->desc, sizeof bb->desc, "%s", rs.name);
+        bb->isref = !strcmp(o->backends[b], "reference");
     }
-    ADD(m->final_norm);
-    ADD(m->lm_head);
-#undef ADD
-    return k;
-}
-
-/* model flops per token of a dynamic prefill of n tokens (last logits only): projections,
- * causal attention at the mean context, the chunked delta rule (chunk 64) */
-static double flops_per_token(const qc_model *m, int n) {
-    const qc_config *c = &m->cfg;
-    double f = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        const qc_layer_weights *w = &m->layers[l];
-        const qc_tensor *mats[] = {&w->mlp_gate, &w->mlp_up, &w->mlp_down, &w->q_proj, &w->k_proj,
-                                   &w->v_proj, &w->o_proj, &w->in_proj_qkv, &w->in_proj_z,
-                                   &w->in_proj_b, &w->in_proj_a, &w->out_proj};
-        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
-            if (mats[i]->ndim > 0) f += 2.0 * (double)qc_tensor_numel(mats[i]);
-        if (c->layer_types[l] == QC_LAYER_FULL) {
-            f += 4.0 * c->n_heads * c->head_dim * (n + 1) / 2.0;
-        } else {
-            const double C = n < 64 ? n : 64, dk = c->lin_k_dim, dv = c->lin_v_dim;
-            f += c->lin_n_v_heads * 2.0 * (2 * C * dk + C * dv + C * (dk + dv) / 2 + 3 * dk * dv);
-        }
-    }
-    f += 2.0 * (double)c->vocab_size * c->hidden_size / n;
-    return f;
+    return plan_figures(o, R, err);
 }
 
 /* ===================================================================================== */
@@ -112,12 +109,30 @@ static void make_prompt(int32_t *t, int n, int V, unsigned seed) {
     }
 }
 
-/* static: tokens/s of a static prefill of n tokens. dynamic: tokens/s of the dynamic prefill
- * (*dec_tps receives the decode tokens/s of `dec` steps after it). */
+int bench_alloc_prompts(const bench_opts *o, const qc_model *m, bench_run *run) {
+    const qc_config *c = &m->cfg;
+    int big = bench_list_max(o->prompts, o->n_prompts), d = bench_list_max(o->depths, o->n_depths);
+    big = d > big ? d : big;
+    big = o->static_prompt > big ? o->static_prompt : big;
+    big = o->ref_prompt > big ? o->ref_prompt : big;
+    run->ntoks = big + (o->decode > o->ref_decode ? o->decode : o->ref_decode) + 8;
+    run->toks = malloc((size_t)run->ntoks * sizeof *run->toks);
+    run->logits = malloc((size_t)c->vocab_size * sizeof *run->logits);
+    if (!run->toks || !run->logits) {
+        bench_close(run);
+        return -1;
+    }
+    make_prompt(run->toks, run->ntoks, c->vocab_size, (unsigned)o->seed);
+    return 0;
+}
+
+/* One run: reset, prefill n tokens (mode static: one call per token; dynamic: chunks of msl),
+ * then dec decode steps. *pre_s / *dec_s receive the seconds of each part. */
 static qc_status run_one(qc_backend *be, qc_state *st, qc_mode mode, const int32_t *toks, int n,
-                         int msl, int dec, double *tps, double *dec_tps, float *logits, qc_err *err) {
+                         int msl, int dec, double *pre_s, double *dec_s, float *logits, qc_err *err) {
     qc_profile p;
-    qc_profile_for_mode(&p, mode, mode == QC_MODE_DYNAMIC ? msl : n, st->max_context_len);
+    qc_profile_for_mode(&p, mode, mode == QC_MODE_DYNAMIC ? (msl > 0 ? msl : 1) : (n > 0 ? n : 1),
+                        st->max_context_len);
     qc_runner *r = NULL;
     qc_status s = qc_runner_create(be, &p, st, &r, err);
     if (s) return s;
@@ -127,156 +142,176 @@ static qc_status run_one(qc_backend *be, qc_state *st, qc_mode mode, const int32
     }
     int32_t first = 0;
     double t0 = bench_now_s();
-    s = qc_runner_prefill(r, toks, n, 0, NULL, NULL, &first, err);
+    if (n > 0) s = qc_runner_prefill(r, toks, n, 0, NULL, NULL, &first, err);
     double t1 = bench_now_s();
-    if (!s) *tps = n / (t1 - t0);
-    if (!s && dec > 0 && dec_tps) {
+    *pre_s = t1 - t0;
+    *dec_s = 0;
+    if (!s && dec > 0) {
         /* each step computes its logits (a real decode needs them to pick the next token) */
         t0 = bench_now_s();
         for (int i = 0; i < dec && !s; i++) s = qc_runner_decode(r, toks[n + i], logits, err);
-        t1 = bench_now_s();
-        if (!s) *dec_tps = dec / (t1 - t0);
+        *dec_s = bench_now_s() - t0;
     }
     qc_runner_destroy(r);
     return s;
 }
 
-/* ===================================================================================== */
-/* The steps of the command                                                               */
-/* ===================================================================================== */
-
-void bench_machine(const bench_opts *o, const qc_model *m, bench_report *R, bench_run *run) {
-    cpu_model(R->cpu, sizeof R->cpu);
-    R->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    R->isa = qc_probe_isa();
-    R->threads = o->threads > 0 ? o->threads : qc_probe_max_threads();
-    time_t tt = time(NULL);
-    struct tm tmv;
-    gmtime_r(&tt, &tmv);
-    strftime(R->date, sizeof R->date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-    double total = 0;
-    run->nseg = weight_segments(m, run->seg_p, run->seg_n, MAX_SEGMENTS, &total);
-    R->bytes_per_token = total;
-    R->flops_per_token = flops_per_token(m, o->prompt);
-    R->static_prompt = o->static_prompt;
-    R->prompt = o->prompt;
-    R->decode = o->decode;
-    R->max_seq_len = o->max_seq_len;
-    R->ref_prompt = o->ref_prompt;
-    R->ref_decode = o->ref_decode;
-}
-
-int bench_alloc_prompts(const bench_opts *o, const qc_model *m, bench_run *run) {
-    const qc_config *c = &m->cfg;
-    run->big = o->prompt > o->static_prompt ? o->prompt : o->static_prompt;
-    const int big = run->big;
-    run->toks = malloc((size_t)(big + o->decode + o->ref_prompt + o->ref_decode + 8) *
-                       sizeof *run->toks);
-    run->logits = malloc((size_t)c->vocab_size * sizeof *run->logits);
-    if (!run->toks || !run->logits) {
-        free(run->toks);
-        free(run->logits);
-        run->toks = NULL;
-        run->logits = NULL;
-        return -1;
+/* One sample of a prefill figure (fp, -1: untimed) and / or a decode figure after it (fd, -1:
+ * none): the run repeated until each timed part took `target` seconds. rep < 0: warm-up (not
+ * recorded). */
+static qc_status sample(const bench_opts *o, bench_report *R, bench_run *run, int b, qc_mode mode,
+                        int n, int msl, int fp, int fd, int rep, double target, qc_err *err) {
+    const int dec = fd >= 0 ? R->fig[fd].tokens : 0;
+    double pre = 0, dcs = 0;
+    long np = 0, nd = 0;
+    for (int k = 0; k < (1 << 20); k++) {
+        /* a part that has its time stops: the decode steps once they took target seconds */
+        const int dk = k == 0 || dcs < target ? dec : 0;
+        double a = 0, d = 0;
+        qc_status s = run_one(run->bes[b], run->sts[b], mode, run->toks, n, msl, dk, &a, &d,
+                              run->logits, err);
+        if (s) return s;
+        pre += a;
+        dcs += d;
+        np += n;
+        nd += dk;
+        if (rep < 0 || ((fp < 0 || pre >= target) && (fd < 0 || dcs >= target))) break;
     }
-    make_prompt(run->toks, big + o->decode + o->ref_prompt + o->ref_decode + 8, c->vocab_size,
-                (unsigned)o->seed);
-    return 0;
-}
-
-int bench_open_backends(const bench_opts *o, qc_model *m, bench_report *R, bench_run *run,
-                        qc_err *err) {
-    const qc_config *c = &m->cfg;
-    int rc = QC_EXIT_PASS;
-    qc_status s;
-    R->n_be = o->n_backends;
-    for (int b = 0; b < o->n_backends && !rc; b++) {
-        const int isref = !strcmp(o->backends[b], "reference");
-        qc_backend_opts bo;
-        qc_backend_opts_default(&bo);
-        bo.n_threads = o->threads;
-        bo.max_tokens = isref ? o->ref_prompt
-                              : (o->max_seq_len < o->prompt ? o->max_seq_len : o->prompt);
-        int ctx = isref ? o->ref_prompt + o->ref_decode : run->big + o->decode;
-        qc_runtime_spec rs;
-        if ((s = qc_registry_parse(o->backends[b], 0, &rs, err)) ||
-            (s = qc_registry_create(&rs, o->model_dir, m, &bo, &run->bes[b], err)) ||
-            (s = qc_state_create(c, ctx, &run->sts[b], err))) {
-            rc = qc_cli_fail(PROG, err);
-            break;
-        }
-        bench_backend *bb = &R->be[b];
-        qc_backend *be = run->bes[b];
-        snprintf(bb->name, sizeof bb->name, "%.127s", rs.name);
-        snprintf(bb->desc, sizeof bb->desc, "%s", be->describe ? be->describe(be) : be->name);
-        bb->m[0].tokens = isref ? o->ref_prompt : o->static_prompt;
-        bb->m[1].tokens = isref ? o->ref_prompt : o->prompt;
-        bb->m[2].tokens = isref ? o->ref_decode : o->decode;
+    if (rep < 0) return QC_OK;
+    const int pi = R->probe[R->fig[fp >= 0 ? fp : fd].ti].n - 1;
+    int ids[2] = {fp, fd};
+    double secs[2] = {pre, dcs};
+    long toks[2] = {np, nd};
+    for (int i = 0; i < 2; i++) {
+        if (ids[i] < 0 || secs[i] <= 0) continue;
+        bench_fig *f = &R->fig[ids[i]];
+        if (f->n >= MAX_REPS) continue;
+        f->rep[f->n] = pi;
+        f->samples[f->n++] = (double)toks[i] / secs[i];
+        f->secs += secs[i];
+        fprintf(stderr, "%s: rep %d: %-12s %-7s %6d tok @ %5d, %2d thr: %10.2f tok/s\n", PROG,
+                rep + 1, R->be[b].name, bench_mode_names[f->mode], f->tokens, f->depth, f->threads,
+                f->samples[f->n - 1]);
     }
-    return rc;
-}
-
-/* One probe sample of repetition rep: the best of 3 passes (a pass that lost its CPU to
- * another process says nothing about the machine's limit). */
-static void probe_sample(const bench_opts *o, bench_report *R, const bench_run *run, int rep) {
-    R->bw[R->n_probe] = R->peak[R->n_probe] = 0;
-    for (int pass = 0; pass < 3; pass++) {
-        double bw = qc_probe_bandwidth_gbs(run->seg_p, run->seg_n, run->nseg, R->threads),
-               pk = qc_probe_fma_gflops(R->threads);
-        if (bw > R->bw[R->n_probe]) R->bw[R->n_probe] = bw;
-        if (pk > R->peak[R->n_probe]) R->peak[R->n_probe] = pk;
-    }
-    fprintf(stderr, "%s: rep %d/%d: bandwidth %.1f GB/s, FMA peak %.0f GFLOP/s\n", PROG, rep + 1,
-            o->reps, R->bw[R->n_probe], R->peak[R->n_probe]);
-    R->n_probe++;
-}
-
-/* Repetition rep of backend b: static, then dynamic + decode; the samples into R->be[b]. */
-static qc_status measure_backend(const bench_opts *o, bench_report *R, bench_run *run, int b,
-                                 int rep, qc_err *err) {
-    const int isref = !strcmp(o->backends[b], "reference");
-    bench_backend *bb = &R->be[b];
-    double tps = 0, dtps = 0;
-    /* static */
-    qc_status s = run_one(run->bes[b], run->sts[b], QC_MODE_STATIC, run->toks, bb->m[0].tokens, 0,
-                          0, &tps, NULL, run->logits, err);
-    if (!s) {
-        bb->m[0].samples[bb->m[0].n++] = tps;
-        fprintf(stderr, "%s: rep %d/%d: %-9s static  %5d tok: %9.2f tok/s\n", PROG, rep + 1,
-                o->reps, bb->name, bb->m[0].tokens, tps);
-        /* dynamic + decode */
-        int msl = isref ? o->ref_prompt : o->max_seq_len;
-        s = run_one(run->bes[b], run->sts[b], QC_MODE_DYNAMIC, run->toks, bb->m[1].tokens, msl,
-                    bb->m[2].tokens, &tps, &dtps, run->logits, err);
-    }
-    if (s) return s;
-    bb->m[1].samples[bb->m[1].n++] = tps;
-    if (bb->m[2].tokens > 0) bb->m[2].samples[bb->m[2].n++] = dtps;
-    fprintf(stderr, "%s: rep %d/%d: %-9s dynamic %5d tok: %9.2f tok/s; decode %d: %.2f tok/s\n",
-            PROG, rep + 1, o->reps, bb->name, bb->m[1].tokens, tps, bb->m[2].tokens, dtps);
+    (void)o;
     return QC_OK;
 }
 
-int bench_run_reps(const bench_opts *o, bench_report *R, bench_run *run, qc_err *err) {
-    int rc = QC_EXIT_PASS;
-    for (int rep = 0; rep < o->reps && !rc; rep++) {
-        probe_sample(o, R, run, rep);
-        for (int b = 0; b < o->n_backends && !rc; b++) {
-            if (measure_backend(o, R, run, b, rep, err)) {
-                rc = qc_cli_fail(PROG, err);
-                break;
-            }
-        }
+/* Repetition rep (< 0: warm-up) of backend b at thread index ti: every figure of it. */
+static qc_status measure_backend(const bench_opts *o, bench_report *R, bench_run *run, int b,
+                                 int ti, int rep, double target, qc_err *err) {
+    const int t = R->probe[ti].threads;
+    const bench_backend *bb = &R->be[b];
+    const int sp = bb->isref ? o->ref_prompt : o->static_prompt;
+    qc_status s = sample(o, R, run, b, QC_MODE_STATIC, sp, 0,
+                         bench_find_fig(R, b, BM_STATIC, sp, 0, t), -1, rep, target, err);
+    if (s) return s;
+    if (bb->isref) {
+        int fd = o->ref_decode > 0 ? bench_find_fig(R, b, BM_DECODE, o->ref_decode, o->ref_prompt, t) : -1;
+        return sample(o, R, run, b, QC_MODE_DYNAMIC, o->ref_prompt, o->ref_prompt,
+                      bench_find_fig(R, b, BM_DYNAMIC, o->ref_prompt, 0, t), fd, rep, target, err);
     }
-    return rc;
+    /* a prompt that is also a depth times its decode after it; other depths prefill untimed */
+    for (int i = 0; i < o->n_prompts && !s; i++) {
+        const int p = o->prompts[i], msl = o->max_seq_len && o->max_seq_len < p ? o->max_seq_len : p;
+        int fd = o->decode > 0 && in_list(o->depths, o->n_depths, p)
+                     ? bench_find_fig(R, b, BM_DECODE, o->decode, p, t) : -1;
+        s = sample(o, R, run, b, QC_MODE_DYNAMIC, p, msl, bench_find_fig(R, b, BM_DYNAMIC, p, 0, t),
+                   fd, rep, target, err);
+    }
+    for (int i = 0; i < o->n_depths && o->decode > 0 && !s; i++) {
+        const int d = o->depths[i], msl = o->max_seq_len && o->max_seq_len < d ? o->max_seq_len : d;
+        if (in_list(o->prompts, o->n_prompts, d)) continue;
+        s = sample(o, R, run, b, QC_MODE_DYNAMIC, d, msl, -1,
+                   bench_find_fig(R, b, BM_DECODE, o->decode, d, t), rep, target, err);
+    }
+    return s;
 }
 
-void bench_close(const bench_opts *o, bench_run *run) {
-    for (int b = 0; b < o->n_backends; b++) {
+/* ===================================================================================== */
+/* The backends of one thread count, and the repetitions                                  */
+/* ===================================================================================== */
+
+static void close_backends(const bench_report *R, bench_run *run) {
+    for (int b = 0; b < R->n_be; b++) {
         qc_backend_destroy(run->bes[b]);
         qc_state_destroy(run->sts[b]);
+        run->bes[b] = NULL;
+        run->sts[b] = NULL;
     }
+}
+
+static int open_backends(const bench_opts *o, qc_model *m, bench_report *R, bench_run *run,
+                         int threads, qc_err *err) {
+    const qc_config *c = &m->cfg;
+    int maxlen = bench_list_max(o->prompts, o->n_prompts), d = bench_list_max(o->depths, o->n_depths);
+    maxlen = d > maxlen ? d : maxlen;
+    const int ctx = maxlen + o->decode > o->static_prompt ? maxlen + o->decode : o->static_prompt;
+    for (int b = 0; b < R->n_be; b++) {
+        bench_backend *bb = &R->be[b];
+        if (bb->peer) continue;
+        qc_backend_opts bo;
+        qc_backend_opts_default(&bo);
+        bo.n_threads = threads;
+        bo.max_tokens = bb->isref ? o->ref_prompt
+                                  : (o->max_seq_len && o->max_seq_len < maxlen ? o->max_seq_len : maxlen);
+        qc_runtime_spec rs;
+        qc_status s;
+        if ((s = qc_registry_parse(o->backends[b], 0, &rs, err)) ||
+            (s = qc_registry_create(&rs, o->model_dir, m, &bo, &run->bes[b], err)) ||
+            (s = qc_state_create(c, bb->isref ? o->ref_prompt + o->ref_decode : ctx, &run->sts[b], err))) {
+            close_backends(R, run);
+            return qc_cli_fail(PROG, err);
+        }
+        qc_backend *be = run->bes[b];
+        snprintf(bb->desc, sizeof bb->desc, "%s", be->describe ? be->describe(be) : be->name);
+    }
+    return QC_EXIT_PASS;
+}
+
+/* every measured figure of thread index ti has min_time seconds */
+static int enough_time(const bench_opts *o, const bench_report *R, int ti) {
+    for (int i = 0; i < R->n_fig; i++)
+        if (R->fig[i].ti == ti && !R->be[R->fig[i].backend].peer && R->fig[i].secs < o->min_time)
+            return 0;
+    return 1;
+}
+
+int bench_measure_all(const bench_opts *o, qc_model *m, bench_report *R, bench_run *run,
+                      qc_err *err) {
+    const double target = o->min_time / (o->reps > 0 ? o->reps : 1);
+    for (int ti = 0; ti < o->n_threads; ti++) {
+        int rc = open_backends(o, m, R, run, o->threads_list[ti], err);
+        if (rc) return rc;
+        qc_status s = QC_OK;
+        for (int w = 0; w < o->warmup && !s; w++)
+            for (int b = 0; b < R->n_be && !s; b++)
+                if (!R->be[b].peer) s = measure_backend(o, R, run, b, ti, -1, target, err);
+        for (int rep = 0; !s; rep++) {
+            if (rep >= o->reps && (enough_time(o, R, ti) || rep >= MAX_REPS)) break;
+            bench_probe_sample(R, run, ti, rep, o->reps);
+            for (int b = 0; b < R->n_be && !s; b++)
+                if (!R->be[b].peer) s = measure_backend(o, R, run, b, ti, rep, target, err);
+        }
+        close_backends(R, run);
+        if (s) return qc_cli_fail(PROG, err);
+    }
+    return QC_EXIT_PASS;
+}
+
+int bench_remeasure(const bench_opts *o, qc_model *m, bench_report *R, bench_run *run,
+                    qc_err *err) {
+    for (int i = 0; i < R->n_fig; i++) {
+        bench_fig *f = &R->fig[i];
+        if (R->be[f->backend].peer) continue;
+        f->n = 0;
+        f->secs = 0;
+    }
+    for (int t = 0; t < R->n_probe; t++) R->probe[t].n = 0;
+    return bench_measure_all(o, m, R, run, err);
+}
+
+void bench_close(bench_run *run) {
     free(run->toks);
     free(run->logits);
     run->toks = NULL;

@@ -1,9 +1,9 @@
-/* qc_bench_report.c — the reports of `qwen-conform bench`: medians, minima, the ratio to the
- * reference backend and how far each figure is from its limit (static / decode vs weight
- * bytes per token / bandwidth; dynamic vs model flops per token / FMA peak); the Markdown
- * table, the JSON report, the SVG bar chart, each written through qc_outpath; and the
- * --baseline comparison (exit 1 on a regression, 3 when no metric matches). See
- * qc_bench_internal.h.
+/* qc_bench_report.c — the reports of `qwen-conform bench`: the Markdown table (stdout and
+ * --markdown), the JSON report (--json) and the SVG bar chart (--svg), each written through
+ * qc_outpath. Every report carries the machine (CPU vendor, family / model / stepping, ISA
+ * flags, cores, memory), every figure with its spread (min / max, MAD, 95 % interval), the
+ * ratio to the --ratio-to backend, the % of its limit, the warnings and the --baseline verdict.
+ * See qc_bench_internal.h.
  */
 #include "qc_bench_internal.h"
 
@@ -26,71 +26,9 @@
 #define QC_VERSION "unknown"
 #endif
 
-static const char *const mode_names[N_MODES] = {"static", "dynamic", "decode"};
-
 /* ===================================================================================== */
-/* Statistics                                                                             */
+/* Helpers                                                                                */
 /* ===================================================================================== */
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_of(const double *v, int n) {
-    if (n <= 0) return 0.0;
-    double tmp[MAX_REPS];
-    memcpy(tmp, v, (size_t)n * sizeof *v);
-    qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
-    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
-}
-
-static double min_of(const double *v, int n) {
-    double m = n ? v[0] : 0.0;
-    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
-    return m;
-}
-
-static double max_of(const double *v, int n) {
-    double m = n ? v[0] : 0.0;
-    for (int i = 1; i < n; i++) m = v[i] > m ? v[i] : m;
-    return m;
-}
-
-/* ===================================================================================== */
-/* Reports                                                                                */
-/* ===================================================================================== */
-
-static const char *mode_label(int mi) {
-    return mi == 0 ? "static prefill" : mi == 1 ? "dynamic prefill" : "decode";
-}
-
-static bench_metric *ref_metric(bench_report *R, int mi) {
-    for (int b = 0; b < R->n_be; b++)
-        if (!strcmp(R->be[b].name, "reference")) return &R->be[b].m[mi];
-    return NULL;
-}
-
-static void finish(bench_report *R) {
-    R->bw_med = median_of(R->bw, R->n_probe);
-    R->bw_max = max_of(R->bw, R->n_probe);
-    R->peak_med = median_of(R->peak, R->n_probe);
-    R->peak_max = max_of(R->peak, R->n_probe);
-    for (int b = 0; b < R->n_be; b++)
-        for (int mi = 0; mi < N_MODES; mi++) {
-            bench_metric *m = &R->be[b].m[mi];
-            m->median = median_of(m->samples, m->n);
-            m->min = min_of(m->samples, m->n);
-            m->limit = mi == 1 ? R->peak_med * 1e9 / R->flops_per_token
-                               : R->bw_med * 1e9 / R->bytes_per_token;
-        }
-    for (int b = 0; b < R->n_be; b++)
-        for (int mi = 0; mi < N_MODES; mi++) {
-            bench_metric *ref = ref_metric(R, mi), *m = &R->be[b].m[mi];
-            if (ref) ref->median = median_of(ref->samples, ref->n);
-            m->ratio = (ref && ref->median > 0 && m->n) ? m->median / ref->median : 0.0;
-        }
-}
 
 typedef struct {
     char *p;
@@ -117,91 +55,302 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     }
 }
 
+static const char *mode_label(int mi) {
+    return mi == BM_STATIC ? "static prefill" : mi == BM_DYNAMIC ? "dynamic prefill" : "decode";
+}
+
+/* llama-bench style test name: "static64", "pp512", "tg32@d512" */
+static void test_name(const bench_fig *f, char *buf, size_t n) {
+    if (f->mode == BM_STATIC) snprintf(buf, n, "static%d", f->tokens);
+    else if (f->mode == BM_DYNAMIC) snprintf(buf, n, "pp%d", f->tokens);
+    else snprintf(buf, n, "tg%d@d%d", f->tokens, f->depth);
+}
+
+static const char *verdict_str(const bench_fig *f) {
+    return !f->gated ? "" : f->verdict == 1 ? "REGRESSION" : f->verdict == 2 ? "faster" : "ok";
+}
+
+static void threads_str(const bench_report *R, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < R->n_probe; t++) {
+        int w = snprintf(buf + used, n - used, "%s%d", t ? "," : "", R->probe[t].threads);
+        if (w > 0 && (size_t)w < n - used) used += (size_t)w;
+    }
+}
+
+static const char *base_name(const bench_report *R) {
+    return R->ratio_base >= 0 ? R->be[R->ratio_base].name : "";
+}
+
+/* "cpu (vendor, family / model / stepping), cores, memory, cache" and "flags: ..." */
+static void machine_lines(const bench_report *R, char *buf, size_t n, char *flags, size_t nf) {
+    const bench_machine_info *mc = &R->mc;
+    snprintf(buf, n, "%s (%s, family %d model %d stepping %d by %s), %d cores, %.1f GiB memory, "
+             "largest cache %.1f MB", mc->cpu, mc->vendor, mc->family, mc->model,
+             mc->stepping, mc->cpuid_src, mc->cores, mc->mem_gib, mc->cache_bytes / 1e6);
+    snprintf(flags, nf, "flags: %s", mc->flags[0] ? mc->flags : "none of interest");
+}
+
+static void machine_line(const bench_report *R, char *buf, size_t n) {
+    char a[512], f[600];
+    machine_lines(R, a, sizeof a, f, sizeof f);
+    size_t l = strlen(a) < n - 1 ? strlen(a) : n - 1;
+    memcpy(buf, a, l);
+    buf[l] = '\0';
+    if (l + 2 + strlen(f) < n) {
+        memcpy(buf + l, "; ", 2);
+        memcpy(buf + l + 2, f, strlen(f) + 1);
+    }
+}
+
+/* ===================================================================================== */
+/* Markdown                                                                               */
+/* ===================================================================================== */
+
+static void md_header(const bench_report *R, const bench_opts *o, sbuf *b) {
+    char th[128], mline[1024];
+    threads_str(R, th, sizeof th);
+    machine_line(R, mline, sizeof mline);
+    sb_printf(b, "## qwen-conform bench: %s (%s), threads %s, %s\n\n", R->model_name,
+              qc_dtype_str(R->dtype), th, R->isa);
+    sb_printf(b, "- machine: %s; commit %s; %s\n", mline, QC_GIT_COMMIT, R->date);
+    for (int t = 0; t < R->n_probe; t++) {
+        const bench_probe *p = &R->probe[t];
+        sb_printf(b, "- probes (same run, %d threads): streaming read of the %.1f MB of weights %.1f GB/s "
+                     "median (max %.1f); FP32 FMA loop %.0f GFLOP/s median (max %.0f)\n",
+                  p->threads, R->bytes_per_token / 1e6, p->bw_med, p->bw_max, p->peak_med, p->peak_max);
+    }
+    sb_printf(b, "- workload: static prefill %d tokens (one call per token), dynamic prefill (pp) ",
+              R->static_prompt);
+    for (int i = 0; i < o->n_prompts; i++) sb_printf(b, "%s%d", i ? "," : "", o->prompts[i]);
+    sb_printf(b, " tokens (%s), decode (tg) %d steps at depth ",
+              o->max_seq_len ? "chunks of max_seq_len" : "one call each", R->decode);
+    for (int i = 0; i < o->n_depths; i++) sb_printf(b, "%s%d", i ? "," : "", o->depths[i]);
+    sb_printf(b, "; reference backend: %d-token prompts, %d decode steps; at least %d repetitions "
+                 "(interleaved), %d warm-up, %.2f s measured per figure at least\n",
+              R->ref_prompt, R->ref_decode, o->reps, o->warmup, o->min_time);
+    sb_printf(b, "- limits: static / decode = bandwidth / %.2f MB of weights per token; dynamic = FMA "
+                 "peak / %.3f GFLOP per token (pp%d)\n",
+              R->bytes_per_token / 1e6, R->flops_pp[0] / 1e9, o->prompts[0]);
+    if (R->wt.valid) { /* total vs active weights, truncation (qc_bench_moe.c) */
+        char wl[1024];
+        sb_printf(b, "%s\n", bench_moe_markdown(&R->wt, R->probe[0].bw_med, wl, sizeof wl));
+    }
+    if (R->peer_desc[0])
+        sb_printf(b, "- peer: %s (%d of its tests match no figure of this run)\n", R->peer_desc,
+                  R->peer_unmatched);
+    sb_printf(b, "- spread: min / max of the samples, MAD = median absolute deviation, 95%% = "
+                 "bootstrap interval of the median; ratio = median / %s's median (interval from "
+                 "both intervals)\n\n", R->ratio_base >= 0 ? base_name(R) : "(no --ratio-to base)");
+}
+
 static void markdown(const bench_report *R, const bench_opts *o, sbuf *b) {
-    sb_printf(b, "## qwen-conform bench: %s (%s), %d thread%s, %s\n\n", R->model_name,
-              qc_dtype_str(R->dtype), R->threads, R->threads == 1 ? "" : "s", R->isa);
-    sb_printf(b, "- machine: %s, %d cores; commit %s; %s\n", R->cpu, R->cores, QC_GIT_COMMIT, R->date);
-    sb_printf(b, "- probes (same run, %d threads): streaming read of the %.0f MB of weights %.1f GB/s "
-                 "median (max %.1f); FP32 FMA loop %.0f GFLOP/s median (max %.0f)\n",
-              R->threads, R->bytes_per_token / 1e6, R->bw_med, R->bw_max, R->peak_med, R->peak_max);
-    sb_printf(b, "- workload: static prefill %d tokens (one call per token), dynamic prefill %d tokens "
-                 "(one call per max_seq_len %d chunk), decode %d steps; reference backend: %d-token "
-                 "prompts, %d decode steps; %d repetitions, interleaved\n",
-              R->static_prompt, R->prompt, R->max_seq_len, R->decode, R->ref_prompt, R->ref_decode, o->reps);
-    sb_printf(b, "- limits: static / decode = bandwidth / %.1f MB of weights per token; dynamic = FMA "
-                 "peak / %.2f GFLOP per token\n\n",
-              R->bytes_per_token / 1e6, R->flops_per_token / 1e9);
-    sb_printf(b, "| backend | dtype | mode | tokens | tok/s median | tok/s min | vs reference | limit tok/s | %% of limit |\n");
-    sb_printf(b, "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
-    for (int bi = 0; bi < R->n_be; bi++)
-        for (int mi = 0; mi < N_MODES; mi++) {
-            const bench_metric *m = &R->be[bi].m[mi];
-            if (!m->n) continue;
-            char ratio[32] = "-";
-            if (m->ratio > 0 && strcmp(R->be[bi].name, "reference")) snprintf(ratio, sizeof ratio, "%.1fx", m->ratio);
-            else if (!strcmp(R->be[bi].name, "reference")) snprintf(ratio, sizeof ratio, "1.0x");
-            sb_printf(b, "| %s | %s | %s | %d | %.2f | %.2f | %s | %.1f (%s) | %.0f%% |\n", R->be[bi].desc,
-                      qc_dtype_str(R->dtype), mode_label(mi), m->tokens, m->median, m->min, ratio,
-                      m->limit, mi == 1 ? "FMA peak" : "bandwidth",
-                      m->limit > 0 ? 100.0 * m->median / m->limit : 0.0);
+    md_header(R, o, b);
+    sb_printf(b, "| backend | dtype | mode | tokens | depth | threads | tok/s median | tok/s min | tok/s max "
+                 "| MAD | 95%% interval | vs %s | limit tok/s | %% of limit |%s\n",
+              R->ratio_base >= 0 ? base_name(R) : "base", R->gate_done ? " baseline |" : "");
+    sb_printf(b, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s\n",
+              R->gate_done ? "---|" : "");
+    for (int i = 0; i < R->n_fig; i++) {
+        const bench_fig *f = &R->fig[i];
+        if (!f->n) continue;
+        char ratio[64] = "-", gate[96] = "";
+        if (f->backend == R->ratio_base) snprintf(ratio, sizeof ratio, "1.00x");
+        else if (f->ratio > 0) snprintf(ratio, sizeof ratio, "%.2fx [%.2f, %.2f]", f->ratio, f->ratio_lo, f->ratio_hi);
+        if (R->gate_done)
+            snprintf(gate, sizeof gate, " %s |", f->gated ? verdict_str(f) : "-");
+        sb_printf(b, "| %s | %s | %s | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | [%.2f, %.2f] | %s | ",
+                  R->be[f->backend].desc, qc_dtype_str(R->dtype), mode_label(f->mode), f->tokens, f->depth,
+                  f->threads, f->median, f->min, f->max, f->mad, f->lo, f->hi, ratio);
+        if (f->limit > 0)
+            sb_printf(b, "%.1f (%s) | %.0f%% |%s\n", f->limit, f->mode == BM_DYNAMIC ? "FMA peak" : "bandwidth",
+                      100.0 * f->median / f->limit, gate);
+        else
+            sb_printf(b, "- | - |%s\n", gate);
+    }
+    if (R->wt.truncated) { /* what the truncated run implies (qc_bench_moe.c), labelled */
+        sb_printf(b, "\n### Whole model (%d layers), implied -- NOT measured\n\n", R->wt.layers_full);
+        for (int i = 0; i < R->n_fig; i++) {
+            const bench_fig *f = &R->fig[i];
+            if (f->n && f->mode == BM_DECODE)
+                sb_printf(b, "- %s decode %d @ %d, %d threads: measured %.2f tok/s on %d layers -> "
+                             "implied %.2f tok/s for the whole model (same %% of the roofline)\n",
+                          R->be[f->backend].desc, f->tokens, f->depth, f->threads, f->median,
+                          R->wt.layers_run, bench_moe_implied_tok_s(&R->wt, f->median));
         }
+    }
+    char *ops = bench_profile_markdown(); /* --profile-ops (qc_bench_profile.c) */
+    if (ops) sb_printf(b, "%s", ops);
+    free(ops);
+    sb_printf(b, "\n### Warnings\n\n");
+    if (!R->n_warn) sb_printf(b, "- none\n");
+    for (int w = 0; w < R->n_warn; w++) sb_printf(b, "- %s\n", R->warn[w]);
+    if (R->gate_done) {
+        sb_printf(b, "\n### Gate: %s\n\n", R->gate_verdict);
+        sb_printf(b, "- baseline %s, max regression %.1f%%: a regression only when the new 95%% interval "
+                     "lies below the baseline's by more than that%s; %d figures compared, %d regressions\n",
+                  o->baseline, o->max_regression,
+                  R->gate_remeasured ? "; the suspected regressions were re-measured once" : "",
+                  R->gate_compared, R->gate_regressions);
+        for (int i = 0; i < R->n_fig; i++) {
+            const bench_fig *f = &R->fig[i];
+            if (f->gated && f->verdict == 1)
+                sb_printf(b, "- REGRESSION: %s %s %d tok @ %d, %d threads: %.2f [%.2f, %.2f] tok/s vs "
+                             "baseline %.2f [%.2f, %.2f]\n", R->be[f->backend].name, bench_mode_names[f->mode],
+                          f->tokens, f->depth, f->threads, f->median, f->lo, f->hi, f->b_median, f->b_lo, f->b_hi);
+        }
+    }
     sb_printf(b, "\n");
 }
 
-static cJSON *json_report(const bench_report *R, const bench_opts *o) {
-    cJSON *j = cJSON_CreateObject();
+/* ===================================================================================== */
+/* JSON                                                                                   */
+/* ===================================================================================== */
+
+static cJSON *int_array(const int *v, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+static void json_head(cJSON *j, const bench_report *R, const bench_opts *o) {
     /* bumped when a field is renamed or removed (fields are only ever added within one) */
     cJSON_AddNumberToObject(j, "schema_version", QC_BENCH_JSON_SCHEMA_VERSION);
     cJSON_AddStringToObject(j, "tool", "qwen-conform bench");
     cJSON_AddStringToObject(j, "version", QC_VERSION);
     cJSON_AddStringToObject(j, "commit", QC_GIT_COMMIT);
     cJSON_AddStringToObject(j, "date", R->date);
+    const bench_machine_info *m = &R->mc;
     cJSON *mc = cJSON_AddObjectToObject(j, "machine");
-    cJSON_AddStringToObject(mc, "cpu", R->cpu);
-    cJSON_AddNumberToObject(mc, "cores", R->cores);
+    cJSON_AddStringToObject(mc, "cpu", m->cpu);
+    cJSON_AddStringToObject(mc, "vendor", m->vendor);
+    cJSON_AddNumberToObject(mc, "family", m->family);
+    cJSON_AddNumberToObject(mc, "model", m->model);
+    cJSON_AddNumberToObject(mc, "stepping", m->stepping);
+    cJSON_AddStringToObject(mc, "id_source", m->cpuid_src);
+    cJSON_AddStringToObject(mc, "flags", m->flags);
+    cJSON_AddNumberToObject(mc, "cores", m->cores);
+    cJSON_AddNumberToObject(mc, "memory_gib", m->mem_gib);
+    cJSON_AddNumberToObject(mc, "largest_cache_bytes", m->cache_bytes);
     cJSON_AddStringToObject(mc, "isa", R->isa);
-    cJSON_AddNumberToObject(mc, "threads", R->threads);
+    cJSON_AddNumberToObject(mc, "threads", R->probe[0].threads);
+    int th[MAX_LIST];
+    for (int t = 0; t < R->n_probe; t++) th[t] = R->probe[t].threads;
+    cJSON_AddItemToObject(mc, "threads_list", int_array(th, R->n_probe));
     cJSON *cf = cJSON_AddObjectToObject(j, "config");
     cJSON_AddStringToObject(cf, "model", R->model_name);
     cJSON_AddStringToObject(cf, "dtype", qc_dtype_str(R->dtype));
     cJSON_AddNumberToObject(cf, "static_prompt", R->static_prompt);
-    cJSON_AddNumberToObject(cf, "prompt", R->prompt);
+    cJSON_AddNumberToObject(cf, "prompt", o->prompts[0]);
+    cJSON_AddItemToObject(cf, "prompts", int_array(o->prompts, o->n_prompts));
+    cJSON_AddItemToObject(cf, "depths", int_array(o->depths, o->n_depths));
     cJSON_AddNumberToObject(cf, "max_seq_len", R->max_seq_len);
     cJSON_AddNumberToObject(cf, "decode", R->decode);
     cJSON_AddNumberToObject(cf, "ref_prompt", R->ref_prompt);
     cJSON_AddNumberToObject(cf, "ref_decode", R->ref_decode);
     cJSON_AddNumberToObject(cf, "reps", o->reps);
+    cJSON_AddNumberToObject(cf, "warmup", o->warmup);
+    cJSON_AddNumberToObject(cf, "min_time_s", o->min_time);
+    cJSON_AddStringToObject(cf, "ratio_to", base_name(R));
     cJSON_AddNumberToObject(cf, "weight_bytes_per_token", R->bytes_per_token);
-    cJSON_AddNumberToObject(cf, "flops_per_prefill_token", R->flops_per_token);
+    cJSON_AddNumberToObject(cf, "flops_per_prefill_token", R->flops_pp[0]);
+    if (R->wt.valid) bench_moe_json(cf, &R->wt, R->probe[0].bw_med); /* total vs active */
     cJSON *pr = cJSON_AddObjectToObject(j, "probes");
-    cJSON_AddItemToObject(pr, "bandwidth_gbs", cJSON_CreateDoubleArray(R->bw, R->n_probe));
-    cJSON_AddItemToObject(pr, "fma_peak_gflops", cJSON_CreateDoubleArray(R->peak, R->n_probe));
-    cJSON_AddNumberToObject(pr, "bandwidth_gbs_median", R->bw_med);
-    cJSON_AddNumberToObject(pr, "fma_peak_gflops_median", R->peak_med);
+    cJSON_AddItemToObject(pr, "bandwidth_gbs", cJSON_CreateDoubleArray(R->probe[0].bw, R->probe[0].n));
+    cJSON_AddItemToObject(pr, "fma_peak_gflops", cJSON_CreateDoubleArray(R->probe[0].peak, R->probe[0].n));
+    cJSON_AddNumberToObject(pr, "bandwidth_gbs_median", R->probe[0].bw_med);
+    cJSON_AddNumberToObject(pr, "fma_peak_gflops_median", R->probe[0].peak_med);
+    cJSON *pt = cJSON_AddArrayToObject(pr, "per_threads");
+    for (int t = 0; t < R->n_probe; t++) {
+        const bench_probe *p = &R->probe[t];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "threads", p->threads);
+        cJSON_AddItemToObject(e, "bandwidth_gbs", cJSON_CreateDoubleArray(p->bw, p->n));
+        cJSON_AddItemToObject(e, "fma_peak_gflops", cJSON_CreateDoubleArray(p->peak, p->n));
+        cJSON_AddNumberToObject(e, "bandwidth_gbs_median", p->bw_med);
+        cJSON_AddNumberToObject(e, "fma_peak_gflops_median", p->peak_med);
+        cJSON_AddItemToArray(pt, e);
+    }
+    if (R->peer_desc[0]) {
+        cJSON *pe = cJSON_AddObjectToObject(j, "peer");
+        cJSON_AddStringToObject(pe, "file", o->peer_json);
+        cJSON_AddStringToObject(pe, "describe", R->peer_desc);
+        cJSON_AddNumberToObject(pe, "unmatched_tests", R->peer_unmatched);
+    }
+}
+
+static cJSON *json_fig(const bench_report *R, const bench_fig *f) {
+    char tn[64];
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "backend", R->be[f->backend].name);
+    cJSON_AddStringToObject(e, "describe", R->be[f->backend].desc);
+    if (R->be[f->backend].peer) cJSON_AddBoolToObject(e, "imported", 1);
+    cJSON_AddStringToObject(e, "model", R->model_name);
+    cJSON_AddStringToObject(e, "dtype", qc_dtype_str(R->dtype));
+    cJSON_AddStringToObject(e, "mode", bench_mode_names[f->mode]);
+    test_name(f, tn, sizeof tn);
+    cJSON_AddStringToObject(e, "test", tn);
+    cJSON_AddNumberToObject(e, "tokens", f->tokens);
+    cJSON_AddNumberToObject(e, "depth", f->depth);
+    cJSON_AddNumberToObject(e, "threads", f->threads);
+    cJSON_AddNumberToObject(e, "tok_s_median", f->median);
+    cJSON_AddNumberToObject(e, "tok_s_min", f->min);
+    cJSON_AddNumberToObject(e, "tok_s_max", f->max);
+    cJSON_AddNumberToObject(e, "tok_s_mad", f->mad);
+    cJSON_AddNumberToObject(e, "tok_s_ci_lo", f->lo);
+    cJSON_AddNumberToObject(e, "tok_s_ci_hi", f->hi);
+    cJSON_AddItemToObject(e, "tok_s_samples", cJSON_CreateDoubleArray(f->samples, f->n));
+    cJSON_AddNumberToObject(e, "seconds_measured", f->secs);
+    if (f->ratio > 0 || f->backend == R->ratio_base) {
+        const int self = f->backend == R->ratio_base;
+        cJSON_AddStringToObject(e, "ratio_to", base_name(R));
+        cJSON_AddNumberToObject(e, "ratio", self ? 1.0 : f->ratio);
+        cJSON_AddNumberToObject(e, "ratio_lo", self ? 1.0 : f->ratio_lo);
+        cJSON_AddNumberToObject(e, "ratio_hi", self ? 1.0 : f->ratio_hi);
+        if (!self && R->be[R->ratio_base].isref) cJSON_AddNumberToObject(e, "ratio_vs_reference", f->ratio);
+    }
+    cJSON_AddStringToObject(e, "limit", f->mode == BM_DYNAMIC ? "fma_peak" : "bandwidth");
+    cJSON_AddNumberToObject(e, "limit_tok_s", f->limit);
+    cJSON_AddNumberToObject(e, "pct_of_limit", f->limit > 0 ? 100.0 * f->median / f->limit : 0);
+    if (f->mode == BM_DECODE && R->wt.truncated) /* labelled: not measured */
+        cJSON_AddNumberToObject(e, "implied_whole_model_tok_s", bench_moe_implied_tok_s(&R->wt, f->median));
+    if (f->gated) {
+        cJSON *g = cJSON_AddObjectToObject(e, "baseline");
+        cJSON_AddNumberToObject(g, "tok_s_median", f->b_median);
+        cJSON_AddNumberToObject(g, "tok_s_ci_lo", f->b_lo);
+        cJSON_AddNumberToObject(g, "tok_s_ci_hi", f->b_hi);
+        cJSON_AddStringToObject(g, "verdict", verdict_str(f));
+    }
+    return e;
+}
+
+static cJSON *json_report(const bench_report *R, const bench_opts *o) {
+    cJSON *j = cJSON_CreateObject();
+    json_head(j, R, o);
     cJSON *res = cJSON_AddArrayToObject(j, "results");
-    for (int bi = 0; bi < R->n_be; bi++)
-        for (int mi = 0; mi < N_MODES; mi++) {
-            const bench_metric *m = &R->be[bi].m[mi];
-            if (!m->n) continue;
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "backend", R->be[bi].name);
-            cJSON_AddStringToObject(e, "describe", R->be[bi].desc);
-            cJSON_AddStringToObject(e, "model", R->model_name);
-            cJSON_AddStringToObject(e, "dtype", qc_dtype_str(R->dtype));
-            cJSON_AddStringToObject(e, "mode", mode_names[mi]);
-            cJSON_AddNumberToObject(e, "tokens", m->tokens);
-            cJSON_AddNumberToObject(e, "threads", R->threads);
-            cJSON_AddNumberToObject(e, "tok_s_median", m->median);
-            cJSON_AddNumberToObject(e, "tok_s_min", m->min);
-            cJSON_AddItemToObject(e, "tok_s_samples", cJSON_CreateDoubleArray(m->samples, m->n));
-            if (m->ratio > 0) cJSON_AddNumberToObject(e, "ratio_vs_reference", m->ratio);
-            cJSON_AddStringToObject(e, "limit", mi == 1 ? "fma_peak" : "bandwidth");
-            cJSON_AddNumberToObject(e, "limit_tok_s", m->limit);
-            cJSON_AddNumberToObject(e, "pct_of_limit", m->limit > 0 ? 100.0 * m->median / m->limit : 0);
-            cJSON_AddItemToArray(res, e);
-        }
+    for (int i = 0; i < R->n_fig; i++)
+        if (R->fig[i].n) cJSON_AddItemToArray(res, json_fig(R, &R->fig[i]));
+    bench_profile_json(j); /* --profile-ops */
+    cJSON *w = cJSON_AddArrayToObject(j, "warnings");
+    for (int i = 0; i < R->n_warn; i++) cJSON_AddItemToArray(w, cJSON_CreateString(R->warn[i]));
+    if (R->gate_done) {
+        cJSON *g = cJSON_AddObjectToObject(j, "gate");
+        cJSON_AddStringToObject(g, "baseline", o->baseline);
+        cJSON_AddNumberToObject(g, "max_regression_pct", o->max_regression);
+        cJSON_AddStringToObject(g, "noise_model", "regression when the new 95% interval's top < the "
+                                "baseline interval's bottom x (1 - max_regression)");
+        cJSON_AddNumberToObject(g, "compared", R->gate_compared);
+        cJSON_AddNumberToObject(g, "regressions", R->gate_regressions);
+        cJSON_AddBoolToObject(g, "remeasured", R->gate_remeasured);
+        cJSON_AddStringToObject(g, "verdict", R->gate_verdict);
+    }
     return j;
 }
+
+/* ===================================================================================== */
+/* SVG                                                                                    */
+/* ===================================================================================== */
 
 static void svg_escape(sbuf *b, const char *s) {
     for (; *s; s++) {
@@ -212,139 +361,119 @@ static void svg_escape(sbuf *b, const char *s) {
     }
 }
 
-/* horizontal bars (log scale) of the median tokens/s per backend and mode; a tick at the min */
+static void svg_text(sbuf *b, int x, int y, const char *attrs, const char *s) {
+    sb_printf(b, "<text x=\"%d\" y=\"%d\" %s>", x, y, attrs);
+    svg_escape(b, s);
+    sb_printf(b, "</text>\n");
+}
+
+/* horizontal bars (log scale) of the median tokens/s per figure; a line from min to max */
 static void svg_chart(const bench_report *R, sbuf *b) {
     int rows = 0;
     double vmax = 1, vmin = 1e30;
-    for (int bi = 0; bi < R->n_be; bi++)
-        for (int mi = 0; mi < N_MODES; mi++)
-            if (R->be[bi].m[mi].n) {
-                rows++;
-                if (R->be[bi].m[mi].median > vmax) vmax = R->be[bi].m[mi].median;
-                if (R->be[bi].m[mi].min > 0 && R->be[bi].m[mi].min < vmin) vmin = R->be[bi].m[mi].min;
-            }
+    for (int i = 0; i < R->n_fig; i++) {
+        const bench_fig *f = &R->fig[i];
+        if (!f->n) continue;
+        rows++;
+        vmax = f->max > vmax ? f->max : vmax;
+        if (f->min > 0 && f->min < vmin) vmin = f->min;
+    }
     if (vmin > vmax) vmin = 1;
+    char title[512], sub[600], sub2[900], th[128], mline[512], flags[600];
+    threads_str(R, th, sizeof th);
+    machine_lines(R, mline, sizeof mline, flags, sizeof flags);
+    snprintf(title, sizeof title, "qwen-conform bench: %s (%s), threads %s, %s", R->model_name,
+             qc_dtype_str(R->dtype), th, R->isa);
+    snprintf(sub, sizeof sub, "%s", mline);
+    snprintf(sub2, sizeof sub2, "%s; commit %s; %s", flags, QC_GIT_COMMIT, R->date);
     const double lo = floor(log10(vmin > 0 ? vmin : 0.01)), hi = ceil(log10(vmax)) + (vmax == 1);
-    const int W = 900, left = 330, right = 60, bar = 22, gap = 10, top = 60;
-    const int H = top + rows * (bar + gap) + 50;
+    /* the width fits the title (16 px bold ~ 9.5 px a character) and the subtitle (12 px) */
+    int W = 1200, left = 380, right = 360, bar = 22, gap = 10, top = 112;
+    if ((int)(strlen(title) * 9.5) + 20 > W) W = (int)(strlen(title) * 9.5) + 20;
+    if ((int)(strlen(sub) * 6.6) + 20 > W) W = (int)(strlen(sub) * 6.6) + 20;
+    if ((int)(strlen(sub2) * 6.6) + 20 > W) W = (int)(strlen(sub2) * 6.6) + 20;
+    const int H = top + rows * (bar + gap) + 50 + 16 * (3 * R->n_warn + (R->gate_done ? 1 : 0));
     const double span = (double)(W - left - right);
 #define XPOS(v) (left + span * (log10(v) - lo) / (hi - lo))
     sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                  "font-family=\"sans-serif\" font-size=\"13\">\n", W, H);
     sb_printf(b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
-    sb_printf(b, "<text x=\"10\" y=\"22\" font-size=\"16\" font-weight=\"bold\">qwen-conform bench: ");
-    svg_escape(b, R->model_name);
-    sb_printf(b, " (%s), %d threads, %s: tokens/s (log scale, median; tick = min)</text>\n",
-              qc_dtype_str(R->dtype), R->threads, R->isa);
-    sb_printf(b, "<text x=\"10\" y=\"42\" fill=\"#555\">");
-    svg_escape(b, R->cpu);
-    sb_printf(b, "; commit %s; %s</text>\n", QC_GIT_COMMIT, R->date);
+    svg_text(b, 10, 22, "font-size=\"16\" font-weight=\"bold\"", title);
+    svg_text(b, 10, 42, "font-size=\"12\" fill=\"#555\"", sub);
+    svg_text(b, 10, 60, "font-size=\"12\" fill=\"#555\"", sub2);
+    svg_text(b, 10, 80, "font-size=\"12\" fill=\"#555\"",
+             "tokens/s, log scale: bar = median [95% interval], black line = min..max of the "
+             "repetitions; ratio = median / the --ratio-to backend's [interval]");
     for (double d = lo; d <= hi + 1e-9; d += 1) {
         double x = left + span * (d - lo) / (hi - lo);
         sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, top - 5, x,
-                  H - 40);
-        sb_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%g</text>\n", x, H - 22,
-                  pow(10, d));
+                  top + rows * (bar + gap));
+        sb_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%g</text>\n", x,
+                  top + rows * (bar + gap) + 18, pow(10, d));
     }
     static const char *colors[N_MODES] = {"#8da0cb", "#66c2a5", "#fc8d62"};
     int row = 0;
-    for (int bi = 0; bi < R->n_be; bi++)
-        for (int mi = 0; mi < N_MODES; mi++) {
-            const bench_metric *m = &R->be[bi].m[mi];
-            if (!m->n) continue;
-            int y = top + row * (bar + gap);
-            double x1 = m->median > 0 ? XPOS(m->median) : left;
-            if (x1 < left) x1 = left;
-            sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s %s (%d tok)</text>\n", left - 8,
-                      y + bar - 6, R->be[bi].name, mode_label(mi), m->tokens);
-            sb_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", left, y,
-                      x1 - left, bar, colors[mi]);
-            if (m->min > 0) {
-                double xm = XPOS(m->min);
-                if (xm < left) xm = left;
-                sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\" "
-                             "stroke-width=\"2\"/>\n", xm, y, xm, y + bar);
-            }
-            sb_printf(b, "<text x=\"%.1f\" y=\"%d\">%.2f</text>\n", x1 + 4, y + bar - 6, m->median);
-            row++;
+    for (int i = 0; i < R->n_fig; i++) {
+        const bench_fig *f = &R->fig[i];
+        if (!f->n) continue;
+        int y = top + row * (bar + gap);
+        double x1 = f->median > 0 ? XPOS(f->median) : left;
+        x1 = x1 < left ? left : x1;
+        char tn[64], label[300];
+        test_name(f, tn, sizeof tn);
+        snprintf(label, sizeof label, "%s %s, %d thr", R->be[f->backend].name, tn, f->threads);
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 8, y + bar - 6);
+        svg_escape(b, label);
+        sb_printf(b, "</text>\n");
+        sb_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", left, y,
+                  x1 - left, bar, colors[f->mode]);
+        if (f->min > 0 && f->max > 0) {
+            double xa = XPOS(f->min), xb = XPOS(f->max);
+            xa = xa < left ? left : xa;
+            sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\" "
+                         "stroke-width=\"2\"/>\n", xa, y + bar / 2, xb, y + bar / 2);
         }
+        char rt[192] = "";
+        if (f->ratio > 0)
+            snprintf(rt, sizeof rt, " [%.2f..%.2f]; %.2fx %s [%.2f, %.2f]", f->lo, f->hi, f->ratio,
+                     base_name(R), f->ratio_lo, f->ratio_hi);
+        else
+            snprintf(rt, sizeof rt, " [%.2f..%.2f]", f->lo, f->hi);
+        sb_printf(b, "<text x=\"%.1f\" y=\"%d\">%.2f", x1 + 4, y + bar - 6, f->median);
+        svg_escape(b, rt);
+        sb_printf(b, "%s</text>\n", f->gated && f->verdict == 1 ? " REGRESSION" : "");
+        row++;
+    }
 #undef XPOS
-    sb_printf(b, "</svg>\n");
-}
-
-/* ===================================================================================== */
-/* Baseline gating                                                                        */
-/* ===================================================================================== */
-
-/* 0 pass, 1 regression, 3 nothing compared; <0 error (err filled) */
-static int compare_baseline(const bench_report *R, const bench_opts *o, qc_err *err) {
-    char *text = NULL;
-    size_t len = 0;
-    if (qc_cli_read_file(o->baseline, &text, &len, err)) return -1;
-    cJSON *j = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!j) {
-        qc_errf(err, QC_ERR_FORMAT, "%s: not valid JSON", o->baseline);
-        return -1;
+    int y = top + rows * (bar + gap) + 40;
+    if (R->gate_done) {
+        char g[128];
+        snprintf(g, sizeof g, "gate vs baseline: %s (%d compared, %d regressions)", R->gate_verdict,
+                 R->gate_compared, R->gate_regressions);
+        svg_text(b, 10, y, "font-size=\"12\" font-weight=\"bold\"", g);
+        y += 16;
     }
-    /* a baseline written before bench reports were versioned has no schema_version: read as 1 */
-    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(j, "schema_version");
-    if (sv && (!cJSON_IsNumber(sv) || sv->valuedouble != (double)QC_BENCH_JSON_SCHEMA_VERSION)) {
-        cJSON_Delete(j);
-        qc_errf(err, QC_ERR_FORMAT, "%s: schema_version is not %d (a bench report of another "
-                "format)", o->baseline, QC_BENCH_JSON_SCHEMA_VERSION);
-        return -1;
-    }
-    cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "results");
-    if (!cJSON_IsArray(res)) {
-        cJSON_Delete(j);
-        qc_errf(err, QC_ERR_FORMAT, "%s: no \"results\" array", o->baseline);
-        return -1;
-    }
-    int compared = 0, regressions = 0, idx = 0;
-    cJSON *e;
-    fprintf(stderr, "%s: baseline %s (max regression %.1f%%)\n", PROG, o->baseline, o->max_regression);
-    cJSON_ArrayForEach(e, res) {
-        idx++;
-        const cJSON *jb = cJSON_GetObjectItemCaseSensitive(e, "backend");
-        const cJSON *jm = cJSON_GetObjectItemCaseSensitive(e, "mode");
-        const cJSON *jmod = cJSON_GetObjectItemCaseSensitive(e, "model");
-        const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        const cJSON *jt = cJSON_GetObjectItemCaseSensitive(e, "tokens");
-        const cJSON *jv = cJSON_GetObjectItemCaseSensitive(e, "tok_s_median");
-        if (!cJSON_IsString(jb) || !cJSON_IsString(jm) || !cJSON_IsString(jmod) || !cJSON_IsString(jd) ||
-            !cJSON_IsNumber(jt) || !cJSON_IsNumber(jv)) {
-            cJSON_Delete(j);
-            qc_errf(err, QC_ERR_FORMAT,
-                    "%s: results[%d]: needs backend, model, dtype, mode (strings), tokens and "
-                    "tok_s_median (numbers)", o->baseline, idx - 1);
-            return -1;
-        }
-        for (int bi = 0; bi < R->n_be; bi++)
-            for (int mi = 0; mi < N_MODES; mi++) {
-                const bench_metric *m = &R->be[bi].m[mi];
-                if (!m->n || strcmp(R->be[bi].name, jb->valuestring) || strcmp(mode_names[mi], jm->valuestring) ||
-                    strcmp(R->model_name, jmod->valuestring) || strcmp(qc_dtype_str(R->dtype), jd->valuestring) ||
-                    m->tokens != (int)jt->valuedouble)
-                    continue;
-                compared++;
-                double base = jv->valuedouble, change = base > 0 ? 100.0 * (m->median - base) / base : 0;
-                int bad = m->median < base * (1.0 - o->max_regression / 100.0);
-                regressions += bad;
-                fprintf(stderr, "  %-10s %-8s %6d tok: %10.2f tok/s vs baseline %10.2f (%+.1f%%)%s\n",
-                        R->be[bi].name, mode_names[mi], m->tokens, m->median, base, change,
-                        bad ? "  REGRESSION" : "");
+    /* warnings wrapped at the chart's width (12 px ~ 6.6 px a character) */
+    const size_t wrap = (size_t)((W - 20) / 6.6);
+    for (int w = 0; w < R->n_warn; w++) {
+        char line[400];
+        snprintf(line, sizeof line, "warning: %s", R->warn[w]);
+        for (char *p = line; *p;) {
+            size_t n = strlen(p);
+            if (n > wrap) {
+                n = wrap;
+                while (n > wrap / 2 && p[n] != ' ') n--;
             }
+            char save = p[n];
+            p[n] = '\0';
+            svg_text(b, 10, y, "font-size=\"12\" fill=\"#b00\"", p);
+            p[n] = save;
+            p += n;
+            while (*p == ' ') p++;
+            y += 16;
+        }
     }
-    cJSON_Delete(j);
-    if (!compared) {
-        fprintf(stderr, "%s: the baseline %s has no metric matching this run (backend, model, dtype, "
-                        "mode, tokens)\n", PROG, o->baseline);
-        return 3;
-    }
-    fprintf(stderr, "%s: %d metric%s compared, %d regression%s\n", PROG, compared, compared == 1 ? "" : "s",
-            regressions, regressions == 1 ? "" : "s");
-    return regressions ? 1 : 0;
+    sb_printf(b, "</svg>\n");
 }
 
 /* ===================================================================================== */
@@ -362,7 +491,6 @@ static int write_json(const bench_report *R, const bench_opts *o, qc_err *err) {
         return qc_cli_fail(PROG, err);
     }
     size_t n = strlen(txt);
-    txt[n] = '\0';
     char *nl = malloc(n + 2);
     if (nl) {
         memcpy(nl, txt, n);
@@ -376,7 +504,6 @@ static int write_json(const bench_report *R, const bench_opts *o, qc_err *err) {
 
 int bench_write_reports(bench_report *R, const bench_opts *o, qc_err *err) {
     int rc = QC_EXIT_PASS;
-    finish(R);
     sbuf md = {0};
     markdown(R, o, &md);
     fwrite(md.p, 1, md.n, stdout);
@@ -390,11 +517,6 @@ int bench_write_reports(bench_report *R, const bench_opts *o, qc_err *err) {
         svg_chart(R, &sv);
         if (qc_out_write_file(o->svg, sv.p, sv.n, QC_OUT_TEXT, err)) rc = qc_cli_fail(PROG, err);
         free(sv.p);
-    }
-    if (!rc && o->baseline) {
-        int g = compare_baseline(R, o, err);
-        if (g < 0) rc = qc_cli_fail(PROG, err);
-        else rc = g == 1 ? QC_EXIT_FAIL : g == 3 ? QC_EXIT_NOTHING : QC_EXIT_PASS;
     }
     return rc;
 }

@@ -36,6 +36,8 @@ typedef struct {
                                call (built-in backends; ollama/ollama#15865) */
     int unguarded_exp;      /* 1: the reference's chunked DeltaNet computes its decay ratios as
                                exp(gamma_r) * exp(-gamma_c) (pytorch/executorch#21417) */
+    int moe_fault;          /* MoE models, reference backend: a qc_ref_moe_fault (0: none):
+                               moe-no-renorm, moe-gate-all, moe-topk-next */
 } qc_check_faults;
 
 typedef struct {

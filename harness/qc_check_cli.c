@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_cli.h"
+#include "qc_tier.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -67,6 +68,9 @@ static const char check_usage[] =
     "  --atol CLASS=V, --rtol CLASS=V   replace the policy's default atol / rtol of a class\n"
     "                        (logits, hidden, k_cache, v_cache, conv_state, recurrent_state;\n"
     "                        repeatable; per-backend sections and overrides still apply)\n"
+    "  --tier NAME           tolerance tier of a reduced-precision runtime: fp32 (default:\n"
+    "                        the policy as loaded), f16-kv, bf16-kv, bf16, int8, int4\n"
+    "                        (docs/tolerance-tiers.md; applied before --atol / --rtol)\n"
     "CI:\n"
     "  --maxfail N, -x       stop once N checks FAILED or ERRORED (-x: 1); the run in progress\n"
     "                        finishes, every report holds what ran, exit 1 (2 on an error)\n"
@@ -159,10 +163,17 @@ static qc_status parse_fault(const char *v, qc_check_faults *f, qc_err *err) {
         f->recurrent_bf16 = 1;
     } else if (!strcmp(v, "unguarded-exp")) {
         f->unguarded_exp = 1;
+    } else if (!strcmp(v, "moe-no-renorm")) {
+        f->moe_fault = 1; /* qc_ref_moe_fault values (reference/qc_ref_testhooks.h) */
+    } else if (!strcmp(v, "moe-gate-all")) {
+        f->moe_fault = 2;
+    } else if (!strcmp(v, "moe-topk-next")) {
+        f->moe_fault = 3;
     } else {
         return qc_errf(err, QC_ERR_ARG, "--inject-fault: unknown fault '%s' (norm-no-offset[:LAYER], "
                        "stale-conv-state, static-no-advance, snapshot-noop, rollback-keeps-conv, "
-                       "slot-off-by-one, recurrent-bf16, unguarded-exp)", v);
+                       "slot-off-by-one, recurrent-bf16, unguarded-exp, moe-no-renorm, "
+                       "moe-gate-all, moe-topk-next)", v);
     }
     return QC_OK;
 }
@@ -202,6 +213,10 @@ qc_status ckcli_parse_tol_flag(const char *flag, const char *v, check_cli *x, qc
 
 /* Apply --atol / --rtol to the policy's defaults and name them in its description. */
 qc_status ckcli_apply_tol_flags(const check_cli *x, qc_policy *pol, qc_err *err) {
+    if (x->tier) {
+        qc_status s = qc_tier_apply(pol, x->tier, err);
+        if (s) return s;
+    }
     for (int i = 0; i < x->n_tol; i++) {
         qc_status s = qc_policy_set_default(pol, x->tol[i].cls, x->tol[i].field, x->tol[i].v, err);
         if (s) return qc_err_prefix(err, s, x->tol[i].field[0] == 'a' ? "--atol" : "--rtol");
@@ -312,6 +327,8 @@ int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o
             st = qc_argp_int(&a, 0, 1 << 30, &x->durations, &err);
         } else if (x && qc_argp_is(&a, "--rerun-failed")) {
             st = qc_argp_value(&a, &x->rerun, &err);
+        } else if (x && qc_argp_is(&a, "--tier")) {
+            st = qc_argp_value(&a, &x->tier, &err);
         } else if (x && (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol"))) {
             if (!(st = qc_argp_value(&a, &v, &err))) st = ckcli_parse_tol_flag(a.flag, v, x, &err);
         } else {

@@ -25,6 +25,7 @@ typedef struct {
         const char *text;       /* as given: "logits=0.01" */
     } tol[MAX_TOL_FLAGS];       /* --atol / --rtol in command-line order (later wins) */
     int n_tol;
+    const char *tier;           /* --tier NAME (qc_tier.h); NULL: the policy as loaded */
 } check_cli;
 
 /* One combination; "*" in a field matches anything (a file-level row: case "_model" or
@@ -44,7 +45,7 @@ typedef struct {
 void ckcli_check_cli_init(check_cli *x);
 /* One --atol / --rtol CLASS=V into x (QC_ERR_ARG naming the flag). */
 qc_status ckcli_parse_tol_flag(const char *flag, const char *v, check_cli *x, qc_err *err);
-/* Apply x's --atol / --rtol, in order, to pol's class defaults. */
+/* Apply x's --tier, then its --atol / --rtol in order, to pol's class defaults. */
 qc_status ckcli_apply_tol_flags(const check_cli *x, qc_policy *pol, qc_err *err);
 /* Options of check / calibrate (runs != NULL: calibrate). Returns -1 to go on, else the exit code. */
 int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o, int *runs,

@@ -299,9 +299,17 @@ qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
     row.has_metrics = 1;
     row.m = m;
     if (reason) snprintf(row.tol_reason, sizeof row.tol_reason, "%s", reason);
-    int ok = qc_metrics_close(&m) && !kl_fail && !pl->problem[0];
+    const double nmse_lim = ck_tier_nmse(c, s, pl);   /* a tier's NMSE gate, else 0 */
+    int close = nmse_lim > 0.0 ? m.n > 0 && m.n_nonfinite == 0 && m.nmse <= nmse_lim
+                               : qc_metrics_close(&m);
+    int ok = close && !kl_fail && !pl->problem[0];
     row.verdict = ok ? QC_VERDICT_PASS : QC_VERDICT_FAIL;
     qc_metrics_keyline(&m, row.keyline, sizeof row.keyline);
+    if (nmse_lim > 0.0) {
+        size_t k = strlen(row.keyline);
+        snprintf(row.keyline + k, sizeof row.keyline - k, "; tier %s: nmse <= %g",
+                 qc_policy_tier(c->pol)->name, nmse_lim);
+    }
     if (pl->problem[0]) {
         size_t k = strlen(row.keyline);
         snprintf(row.keyline + k, sizeof row.keyline - k, "; %s", pl->problem);
@@ -310,7 +318,11 @@ qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
         char summ[4096];
         qc_metrics_summary(&m, summ, sizeof summ);
         char kl_line[200] = "";
-        if (kl_fail)
+        if (nmse_lim > 0.0 && !close)
+            snprintf(kl_line, sizeof kl_line, "\nTier %s gates this class on NMSE: %.4g > %.4g "
+                     "allowed (docs/tolerance-tiers.md)", qc_policy_tier(c->pol)->name, m.nmse,
+                     nmse_lim);
+        else if (kl_fail)
             snprintf(kl_line, sizeof kl_line, "\nKL bound exceeded: max %.3g > %.3g nats allowed",
                      m.kl_max, kl_bound);
         char h5[2048] = "";
@@ -340,6 +352,7 @@ qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
     }
     if (!ok && s->loc) row.loc = *s->loc;
     ck_emit(c, &row);
+    if (s->vs_golden && s->logits_stats && !s->bitwise) ck_tier_rows(c, s, pl);
     return row.verdict;
 }
 
@@ -352,7 +365,11 @@ qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
 void ck_hcap_cb(void *user, int index, const char *name, int start_pos, int n_tokens, int dim,
                     const float *data) {
     hcap *h = user;
-    (void)name;
+    if (name && strcmp(name, "hidden")) { /* MoE traces ("moe_in", "router_topk") */
+        if (h->moe) ck_moecap_feed(h->moe, index, name, start_pos, n_tokens, dim, data);
+        return;
+    }
+    if (!h->hidden) return;
     if (index < 0 || index >= h->L1 || dim != h->H) {
         h->bad = 1;
         return;

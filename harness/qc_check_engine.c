@@ -233,22 +233,28 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     qc_err_clear(&err);
     hcap hc = {0};
     int want_hidden = gc->prefill_hidden != NULL && (be->caps & QC_BE_CAP_HIDDEN);
+    ck_moecap mc; /* MoE: moe_in / router_topk traces (qc_check_router.c) */
+    int want_moe = qc_cfg_is_moe(cfg) && (be->caps & QC_BE_CAP_HIDDEN) &&
+                   ck_moecap_init(&mc, cfg, gc) == QC_OK;
+    if (want_moe) hc.moe = &mc;
     if (want_hidden) {
         hc.hidden = calloc((size_t)(L + 1) * T * H, sizeof(float));
         hc.seen = calloc((size_t)(L + 1) * T, 1);
         hc.L1 = L + 1, hc.T = T, hc.H = H, hc.lo = gc->start_pos;
         if (!hc.hidden || !hc.seen) {
             free(hc.hidden), free(hc.seen);
+            if (want_moe) ck_moecap_free(&mc);
             ck_emit_simple(c, gc->name, bname, mname, "run", QC_VERDICT_ERROR,
                            "out of memory (hidden-state capture)", NULL);
             return;
         }
     }
     qc_golden_case *act = &cr->act[bi][mode];
-    qc_status s = run_one(be, gc, mode, c->o, 0, want_hidden ? &hc : NULL, act, &err);
+    qc_status s = run_one(be, gc, mode, c->o, 0, want_hidden || want_moe ? &hc : NULL, act, &err);
     if (s) {
         ck_emit_simple(c, gc->name, bname, mname, "run", ck_failed_run_verdict(s), err.msg, NULL);
         free(hc.hidden), free(hc.seen);
+        if (want_moe) ck_moecap_free(&mc);
         return;
     }
     cr->have[bi][mode] = 1;
@@ -264,6 +270,9 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
         ck_emit_cap_skip(c, gc->name, bname, mname, "prefill.hidden", QC_BE_CAP_HIDDEN);
     if (!localised)
         ck_state_localisation(c, act, gc, "prefill", bname, mname, loc, sizeof loc, &where);
+    if (qc_cfg_is_moe(cfg))
+        ck_check_router(c, gc, want_moe ? &mc : NULL, bname, mname, loc[0] ? loc : NULL);
+    if (want_moe) ck_moecap_free(&mc);
     free(hc.hidden), free(hc.seen);
     char state_skip[400];
     snprintf(state_skip, sizeof state_skip, "capability '%s' not announced by %s",
@@ -411,38 +420,26 @@ static int case_selected(ctx *c, const char *case_name, int avail_backends) {
     return 0;
 }
 
-static void check_file(ctx *c, const char *path, long *case_counter) {
-    qc_err err;
-    qc_err_clear(&err);
-    qc_golden *g = NULL;
-    char stem[128];
-    ck_make_stem(path, c->o->golden, stem, sizeof stem);
-    c->stem = stem;
-    c->g = NULL;
-    c->t_row = ck_wall();
-    /* metadata only (every shape validated, no tensor read): --list and --shard touch no
-     * tensor data; a case's tensors are loaded when it runs and freed after */
-    if (qc_golden_open_lazy(path, &g, &err) != QC_OK) {
-        qc_check_row r;
-        ck_row_init(&r, stem, "_file", "-", "-", "open");
-        r.verdict = QC_VERDICT_ERROR;
-        snprintf(r.keyline, sizeof r.keyline, "%s", err.msg);
-        snprintf(r.golden, sizeof r.golden, "%s", path);
-        r.seconds = 0;
-        qc_check_row *st = qc_results_add(c->res, &r);
-        if (st && !c->o->list && !c->o->calibrate) qc_report_console_row(stdout, st, c->o->quiet);
-        fprintf(stderr, "qwen-conform: %s\n", err.msg);
-        return;
-    }
-    c->g = g;
-    c->cfg = &g->cfg;
-    if (c->o->model_dir) snprintf(g->model_dir, sizeof g->model_dir, "%s", c->o->model_dir);
-    /* select cases */
-    int *sel = calloc((size_t)(g->n_cases > 0 ? g->n_cases : 1), sizeof *sel);
+/* ---- check_file: one golden file, in steps ---- */
+
+/* An ERROR row for a golden that does not open (the message names the file and field). */
+static void cf_open_error(ctx *c, const char *path, const char *stem, const qc_err *err) {
+    qc_check_row r;
+    ck_row_init(&r, stem, "_file", "-", "-", "open");
+    r.verdict = QC_VERDICT_ERROR;
+    snprintf(r.keyline, sizeof r.keyline, "%s", err->msg);
+    snprintf(r.golden, sizeof r.golden, "%s", path);
+    r.seconds = 0;
+    qc_check_row *st = qc_results_add(c->res, &r);
+    if (st && !c->o->list && !c->o->calibrate) qc_report_console_row(stdout, st, c->o->quiet);
+    fprintf(stderr, "qwen-conform: %s\n", err->msg);
+}
+
+/* Mark the cases this shard and the filters select (sel[i] = 1); --list prints their runs.
+ * Returns the number selected. */
+static int cf_select(ctx *c, const qc_golden *g, const char *stem, int avail, long *case_counter,
+                     int *sel) {
     int n_sel = 0;
-    int avail = c->o->backends ? c->o->backends : (QC_BACKEND_REF | QC_BACKEND_OPT);
-    for (int bi = 0; bi < QC_CK_SLOTS; bi++)
-        if (!c->slot_name[bi]) avail &= ~(1 << bi);
     for (int i = 0; sel && i < g->n_cases; i++) {
         long k = (*case_counter)++;
         if (c->o->shard_n > 0 && (k % c->o->shard_n) != c->o->shard_i - 1) continue;
@@ -458,133 +455,124 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
                                qc_mode_str((qc_mode)m));
         }
     }
-    if (c->o->list || n_sel == 0) {
-        free(sel);
-        qc_golden_free(g);
-        c->g = NULL;
-        return;
+    return n_sel;
+}
+
+/* The built-in backends check_file keeps alive at once, each with the options it is created
+ * with (ck_create_slot): the reference (default threads), the optimized at --threads and its
+ * threads_bitwise twin (--threads 1: 2, else 1), all at the default chunk size. */
+static qc_status cf_plan_backends(const ctx *c, int avail, qc_memplan_req *rq, qc_err *err) {
+    qc_status st = QC_OK;
+    qc_memplan_req one = *rq;
+    rq->n_backends = 0;
+    const struct { int slot; const char *name; int threads; } run[3] = {
+        {QC_CK_REF, "reference", 0},
+        {QC_CK_OPT, "optimized", c->o->threads},
+        {QC_CK_OPT, "optimized", c->o->threads == 1 ? 2 : 1},
+    };
+    for (int k = 0; k < 3 && !st; k++) {
+        /* the reference is alive either as its slot or as the comparison of a runtime under
+         * test */
+        if (run[k].slot != QC_CK_REF && !(avail & (1 << run[k].slot))) continue;
+        one.n_threads = run[k].threads;
+        if ((st = qc_registry_memplan(run[k].name, &one, err))) break;
+        char what[64];
+        snprintf(what, sizeof what, "the %s backend", run[k].name);
+        for (int b = 0; b < one.n_backends && !st; b++)
+            st = qc_memplan_add_backend(rq, what, one.backend_bytes[b], err);
     }
-    /* model */
-    qc_model *model = NULL;
-    if (qc_model_load(g->model_dir, &model, &err) != QC_OK) {
-        ck_emit_simple(c, "_model", "-", "-", "load", QC_VERDICT_ERROR, err.msg,
-                       ck_model_hint(c, g, err.msg));
-        free(sel);
-        qc_golden_free(g);
-        c->g = NULL;
-        return;
+    return st;
+}
+
+/* Memory plan: refuse cleanly (an ERROR row, returns 0) before the backends, states and
+ * captures are allocated; the golden's part is its metadata plus the tensors of the largest
+ * selected case (one case is loaded at a time). */
+static int cf_memory_ok(ctx *c, const char *path, const qc_golden *g, const qc_model *model,
+                        const int *sel, int avail) {
+    qc_err err;
+    qc_err_clear(&err);
+    int ctxlen = 1;
+    uint64_t golden_bytes = 0;
+    for (int i = 0; i < g->n_cases; i++) {
+        const qc_golden_case *gc = &g->cases[i];
+        int need = gc->start_pos + gc->n_tokens + gc->n_decode;
+        if (sel[i] && need > ctxlen) ctxlen = need;
+        size_t cb = sel[i] ? qc_golden_case_bytes(&g->cfg, &g->meta[i]) : 0;
+        if (cb > golden_bytes) golden_bytes = cb;
     }
-    /* memory plan: refuse cleanly before the backends, states and captures are allocated;
-     * the golden's part is its metadata plus the tensors of the largest selected case (one
-     * case is loaded at a time) */
-    {
-        int ctx = 1;
-        uint64_t golden_bytes = 0;
-        for (int i = 0; i < g->n_cases; i++) {
-            const qc_golden_case *gc = &g->cases[i];
-            int need = gc->start_pos + gc->n_tokens + gc->n_decode;
-            if (sel[i] && need > ctx) ctx = need;
-            size_t cb = sel[i] ? qc_golden_case_bytes(&g->cfg, &g->meta[i]) : 0;
-            if (cb > golden_bytes) golden_bytes = cb;
-        }
-        uint64_t golden_meta = (uint64_t)g->n_cases * (sizeof *g->cases + sizeof *g->meta + 1);
-        golden_bytes = golden_bytes > UINT64_MAX - golden_meta ? UINT64_MAX
-                                                               : golden_bytes + golden_meta;
-        qc_memplan_req rq;
-        qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, ctx, ctx);
-        qc_registry_memplan("all", &rq, NULL); /* both built-ins at once */
-        rq.weight_bytes = qc_model_weight_bytes(model);
-        rq.nokv = 1;
-        rq.n_logit_rows = 2 * ctx;
-        rq.n_hidden_tokens = ctx;
-        rq.n_state_copies = 4;
-        qc_memplan plan;
-        uint64_t limit = 0;
-        qc_status ms = qc_memplan_estimate(&rq, &plan, &err);
-        if (!ms) ms = qc_memplan_limit(c->o->max_memory, &limit, &err);
-        if (!ms) {
-            uint64_t total = plan.total > UINT64_MAX - golden_bytes ? UINT64_MAX
-                                                                   : plan.total + golden_bytes;
-            if ((ms = qc_memplan_check(total, limit, path, &err)) != QC_OK) {
-                char line[256];
-                size_t used = strlen(err.msg);
-                snprintf(err.msg + used, sizeof err.msg - used, ": golden %.2f GiB (metadata + "
-                         "the largest selected case) + %s", qc_memplan_gib(golden_bytes),
-                         qc_memplan_str(&plan, line, sizeof line));
-            }
-        }
-        if (ms != QC_OK) {
-            ck_emit_simple(c, "_model", "-", "-", "memory", QC_VERDICT_ERROR, err.msg, NULL);
-            qc_model_free(model);
-            free(sel);
-            qc_golden_free(g);
-            c->g = NULL;
-            return;
-        }
-    }
-    /* model_hash */
-    int cfg_ok = ck_cfg_same(&model->cfg, &g->cfg);
-    {
-        int ch = strcmp(model->config_sha256, g->config_sha256) == 0;
-        int wh = strcmp(model->weights_sha256, g->weights_sha256) == 0;
-        if (c->o->no_hash_check) {
-            char k[320];
-            snprintf(k, sizeof k, "skipped (--no-hash-check)%s",
-                     ch && wh ? "" : "; WARNING: the model's hashes differ from the golden's");
-            ck_emit_simple(c, "_model", "-", "-", "model_hash", QC_VERDICT_SKIP, k,
-                        ch && wh ? NULL
-                                 : qc_strdup_printf("config_sha256: golden %s, model %s\n"
-                                                    "weights_sha256: golden %s, model %s",
-                                                    g->config_sha256, model->config_sha256,
-                                                    g->weights_sha256, model->weights_sha256));
-            if (!(ch && wh))
-                fprintf(stderr, "qwen-conform: warning: %s: model %s does not match the golden's "
-                        "hashes (config %s vs %s, weights %s vs %s)\n", path, g->model_dir,
-                        model->config_sha256, g->config_sha256, model->weights_sha256,
-                        g->weights_sha256);
-        } else if (ch && wh) {
-            char k[320];
-            snprintf(k, sizeof k, "config %.12s weights %.12s match the golden", g->config_sha256,
-                     g->weights_sha256);
-            ck_emit_simple(c, "_model", "-", "-", "model_hash", QC_VERDICT_PASS, k, NULL);
-        } else {
-            char k[320];
-            snprintf(k, sizeof k, "%s%s%s differs from the golden", ch ? "" : "config_sha256",
-                     !ch && !wh ? " and " : "", wh ? "" : "weights_sha256");
-            ck_emit_simple(c, "_model", "-", "-", "model_hash", QC_VERDICT_FAIL, k,
-                        qc_strdup_printf("The golden claims a different model than the one "
-                                         "loaded from %s\nconfig_sha256:  golden %s\n"
-                                         "                model  %s%s\nweights_sha256: golden %s\n"
-                                         "                model  %s%s",
-                                         g->model_dir, g->config_sha256, model->config_sha256,
-                                         ch ? "  (same)" : "  (DIFFERENT)", g->weights_sha256,
-                                         model->weights_sha256, wh ? "  (same)" : "  (DIFFERENT)"));
+    uint64_t golden_meta = (uint64_t)g->n_cases * (sizeof *g->cases + sizeof *g->meta + 1);
+    golden_bytes = golden_bytes > UINT64_MAX - golden_meta ? UINT64_MAX
+                                                           : golden_bytes + golden_meta;
+    qc_memplan_req rq;
+    qc_memplan_req_init(&rq, &model->cfg, model->embed.dtype, ctxlen, ctxlen);
+    rq.weight_bytes = qc_model_weight_bytes(model);
+    rq.nokv = 1;
+    rq.n_logit_rows = 2 * ctxlen;
+    rq.n_hidden_tokens = ctxlen;
+    rq.n_state_copies = 4;
+    qc_memplan plan;
+    uint64_t limit = 0;
+    qc_status ms = cf_plan_backends(c, avail, &rq, &err);
+    if (!ms) ms = qc_memplan_estimate(&rq, &plan, &err);
+    if (!ms) ms = qc_memplan_limit(c->o->max_memory, &limit, &err);
+    if (!ms) {
+        uint64_t total = plan.total > UINT64_MAX - golden_bytes ? UINT64_MAX
+                                                               : plan.total + golden_bytes;
+        if ((ms = qc_memplan_check(total, limit, path, &err)) != QC_OK) {
+            char line[256];
+            size_t used = strlen(err.msg);
+            snprintf(err.msg + used, sizeof err.msg - used, ": golden %.2f GiB (metadata + "
+                     "the largest selected case) + %s", qc_memplan_gib(golden_bytes),
+                     qc_memplan_str(&plan, line, sizeof line));
         }
     }
-    if (!cfg_ok) {
-        ck_emit_simple(c, "_model", "-", "-", "model_config", QC_VERDICT_FAIL,
-                    "the loaded model's config differs from the golden's config_json: "
-                    "numerical checks skipped", NULL);
-        qc_model_free(model);
-        free(sel);
-        qc_golden_free(g);
-        c->g = NULL;
-        return;
+    if (ms == QC_OK) return 1;
+    ck_emit_simple(c, "_model", "-", "-", "memory", QC_VERDICT_ERROR, err.msg, NULL);
+    return 0;
+}
+
+/* The model_hash row: the loaded model's config / weights SHA-256 against the golden's. */
+static void cf_model_hash(ctx *c, const char *path, const qc_golden *g, const qc_model *model) {
+    int ch = strcmp(model->config_sha256, g->config_sha256) == 0;
+    int wh = strcmp(model->weights_sha256, g->weights_sha256) == 0;
+    char k[320];
+    if (c->o->no_hash_check) {
+        snprintf(k, sizeof k, "skipped (--no-hash-check)%s",
+                 ch && wh ? "" : "; WARNING: the model's hashes differ from the golden's");
+        ck_emit_simple(c, "_model", "-", "-", "model_hash", QC_VERDICT_SKIP, k,
+                       ch && wh ? NULL
+                                : qc_strdup_printf("config_sha256: golden %s, model %s\n"
+                                                   "weights_sha256: golden %s, model %s",
+                                                   g->config_sha256, model->config_sha256,
+                                                   g->weights_sha256, model->weights_sha256));
+        if (!(ch && wh))
+            fprintf(stderr, "qwen-conform: warning: %s: model %s does not match the golden's "
+                    "hashes (config %s vs %s, weights %s vs %s)\n", path, g->model_dir,
+                    model->config_sha256, g->config_sha256, model->weights_sha256,
+                    g->weights_sha256);
+    } else if (ch && wh) {
+        snprintf(k, sizeof k, "config %.12s weights %.12s match the golden", g->config_sha256,
+                 g->weights_sha256);
+        ck_emit_simple(c, "_model", "-", "-", "model_hash", QC_VERDICT_PASS, k, NULL);
+    } else {
+        snprintf(k, sizeof k, "%s%s%s differs from the golden", ch ? "" : "config_sha256",
+                 !ch && !wh ? " and " : "", wh ? "" : "weights_sha256");
+        ck_emit_simple(c, "_model", "-", "-", "model_hash", QC_VERDICT_FAIL, k,
+                       qc_strdup_printf("The golden claims a different model than the one "
+                                        "loaded from %s\nconfig_sha256:  golden %s\n"
+                                        "                model  %s%s\nweights_sha256: golden %s\n"
+                                        "                model  %s%s",
+                                        g->model_dir, g->config_sha256, model->config_sha256,
+                                        ch ? "  (same)" : "  (DIFFERENT)", g->weights_sha256,
+                                        model->weights_sha256, wh ? "  (same)" : "  (DIFFERENT)"));
     }
-    /* test-only model fault */
-    fault_model *fm = NULL;
-    const qc_model *use_model = model;
-    if (c->o->faults.norm_no_offset) {
-        if (c->o->faults.norm_layer >= model->cfg.n_layers) {
-            ck_emit_simple(c, "_model", "-", "-", "inject_fault", QC_VERDICT_ERROR,
-                        "--inject-fault norm-no-offset: layer out of range", NULL);
-        } else if (ck_fault_model_make(model, c->o->faults.norm_layer, &fm, &err) == QC_OK) {
-            use_model = &fm->m;
-        }
-    }
-    /* backends */
-    backends bs;
-    memset(&bs, 0, sizeof bs);
+}
+
+/* Create the selected slots' backends (bs zeroed here) for the longest selected case, and the
+ * reference to compare a runtime under test with when the reference slot is not run. */
+static void cf_backends(ctx *c, backends *bs, const qc_golden *g, const int *sel, int avail,
+                        const qc_model *model, const qc_model *use_model) {
+    memset(bs, 0, sizeof *bs);
     int maxctx = 0;
     for (int i = 0; i < g->n_cases; i++) {
         if (!sel[i]) continue;
@@ -593,25 +581,32 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
         if (p.max_context_len > maxctx) maxctx = p.max_context_len;
         if (p.max_seq_len > maxctx) maxctx = p.max_seq_len;
     }
-    bs.max_tokens = maxctx;
+    bs->max_tokens = maxctx;
     for (int bi = 0; bi < QC_CK_SLOTS; bi++)
-        if (avail & (1 << bi)) ck_create_slot(c, &bs, bi, g->model_dir, model, use_model, maxctx);
-    bs.cmp = bs.be[QC_CK_REF];
-    if (!bs.cmp && bs.be[QC_CK_EXT]) {
+        if (avail & (1 << bi)) ck_create_slot(c, bs, bi, g->model_dir, model, use_model, maxctx);
+    bs->cmp = bs->be[QC_CK_REF];
+    if (!bs->cmp && bs->be[QC_CK_EXT]) {
         qc_backend_opts bo;
         qc_backend_opts_default(&bo);
         bo.max_tokens = maxctx;
         qc_runtime_spec rs;
+        qc_err err;
         qc_err_clear(&err);
         if (qc_registry_parse("reference", 0, &rs, &err) == QC_OK &&
-            qc_registry_create(&rs, g->model_dir, model, &bo, &bs.cmp, &err) == QC_OK)
-            bs.own_cmp = 1;
+            qc_registry_create(&rs, g->model_dir, model, &bo, &bs->cmp, &err) == QC_OK)
+            bs->own_cmp = 1;
     }
-    /* dump files */
+}
+
+/* Run the selected cases one at a time (each loaded, checked, unloaded); with --dump-dir the
+ * runs' outputs are kept and written per (slot, mode) at the end. */
+static void cf_run_cases(ctx *c, backends *bs, qc_golden *g, const int *sel, int n_sel,
+                         const char *stem) {
+    qc_err err;
     memset(c->dump_path, 0, sizeof c->dump_path);
     if (c->o->dump_dir)
         for (int bi = 0; bi < QC_CK_SLOTS; bi++)
-            for (int m = 0; bs.be[bi] && m < N_MODES; m++)
+            for (int m = 0; bs->be[bi] && m < N_MODES; m++)
                 snprintf(c->dump_path[bi][m], sizeof c->dump_path[bi][m], "%s/%s.%s.%s.h5",
                          c->o->dump_dir, stem, ck_dump_name(c->slot_name[bi]).s,
                          qc_mode_str((qc_mode)m));
@@ -621,7 +616,6 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
         for (int bi = 0; bi < QC_CK_SLOTS; bi++)
             for (int m = 0; m < N_MODES; m++)
                 dump[bi][m] = calloc((size_t)g->n_cases, sizeof(qc_golden_case));
-    /* cases */
     int done = 0;
     for (int i = 0; i < g->n_cases; i++) {
         if (!sel[i]) continue;
@@ -641,7 +635,7 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
             qc_golden_unload_case(g, i);
             break;
         }
-        check_case(c, &bs, gc, cr);
+        check_case(c, bs, gc, cr);
         for (int bi = 0; bi < QC_CK_SLOTS; bi++)
             for (int m = 0; m < N_MODES; m++) {
                 if (!cr->have[bi][m]) continue;
@@ -664,9 +658,67 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
             for (int k = 0; k < n_dump[bi][m]; k++) qc_case_free(&g->cfg, &dump[bi][m][k]);
             free(dump[bi][m]);
         }
+}
+
+/* One golden file: open (metadata only), select, load the model, plan memory, check the
+ * model's identity, create the backends, run the cases; every failure is a row. */
+static void check_file(ctx *c, const char *path, long *case_counter) {
+    qc_err err;
+    qc_err_clear(&err);
+    qc_golden *g = NULL;
+    char stem[128];
+    ck_make_stem(path, c->o->golden, stem, sizeof stem);
+    c->stem = stem;
+    c->g = NULL;
+    c->t_row = ck_wall();
+    /* metadata only (every shape validated, no tensor read): --list and --shard touch no
+     * tensor data; a case's tensors are loaded when it runs and freed after */
+    if (qc_golden_open_lazy(path, &g, &err) != QC_OK) {
+        cf_open_error(c, path, stem, &err);
+        return;
+    }
+    c->g = g;
+    c->cfg = &g->cfg;
+    if (c->o->model_dir) snprintf(g->model_dir, sizeof g->model_dir, "%s", c->o->model_dir);
+    int *sel = calloc((size_t)(g->n_cases > 0 ? g->n_cases : 1), sizeof *sel);
+    int avail = c->o->backends ? c->o->backends : (QC_BACKEND_REF | QC_BACKEND_OPT);
+    for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+        if (!c->slot_name[bi]) avail &= ~(1 << bi);
+    int n_sel = cf_select(c, g, stem, avail, case_counter, sel);
+    qc_model *model = NULL;
+    fault_model *fm = NULL;
+    if (c->o->list || n_sel == 0) goto out;
+    if (qc_model_load(g->model_dir, &model, &err) != QC_OK) {
+        ck_emit_simple(c, "_model", "-", "-", "load", QC_VERDICT_ERROR, err.msg,
+                       ck_model_hint(c, g, err.msg));
+        goto out;
+    }
+    if (!cf_memory_ok(c, path, g, model, sel, avail)) goto out;
+    int cfg_ok = ck_cfg_same(&model->cfg, &g->cfg);
+    cf_model_hash(c, path, g, model);
+    if (!cfg_ok) {
+        ck_emit_simple(c, "_model", "-", "-", "model_config", QC_VERDICT_FAIL,
+                       "the loaded model's config differs from the golden's config_json: "
+                       "numerical checks skipped", NULL);
+        goto out;
+    }
+    /* test-only model fault */
+    const qc_model *use_model = model;
+    if (c->o->faults.norm_no_offset) {
+        if (c->o->faults.norm_layer >= model->cfg.n_layers) {
+            ck_emit_simple(c, "_model", "-", "-", "inject_fault", QC_VERDICT_ERROR,
+                           "--inject-fault norm-no-offset: layer out of range", NULL);
+        } else if (ck_fault_model_make(model, c->o->faults.norm_layer, &fm, &err) == QC_OK) {
+            use_model = &fm->m;
+        }
+    }
+    backends bs;
+    cf_backends(c, &bs, g, sel, avail, model, use_model);
+    cf_run_cases(c, &bs, g, sel, n_sel, stem);
     for (int bi = 0; bi < QC_CK_SLOTS; bi++) qc_backend_destroy(bs.be[bi]);
     for (int bi = 0; bi < QC_CK_SLOTS; bi++) qc_backend_destroy(bs.alt[bi]);
     if (bs.own_cmp) qc_backend_destroy(bs.cmp);
+out:
     ck_fault_model_free(fm);
     qc_model_free(model);
     free(sel);

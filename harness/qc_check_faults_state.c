@@ -7,7 +7,12 @@
  *                   exp(gamma_r) * exp(-gamma_c) (pytorch/executorch#21417, the reference's
  *                   test hook qc_ref_testhooks.h): Inf * 0 = NaN in a chunk of strong decays,
  *                   which the checks must report as non-finite with its first location.
- * The backends' normal code paths are not changed by either. */
+ *   moe-no-renorm, moe-gate-all, moe-topk-next
+ *                   the reference's MoE block drops the top-k renormalisation, applies the
+ *                   shared-expert gate to routed + shared, or takes the (k+1)-th expert instead
+ *                   of the k-th (qc_ref_test_moe_fault); router_topk / the hidden states and
+ *                   logits must fail on each, with the MoE block localised.
+ * The backends' normal code paths are not changed by any of them. */
 #include "qc_check_internal.h"
 
 #include <stdint.h>
@@ -91,6 +96,17 @@ qc_status ck_bf16_state_wrap(qc_backend *inner, qc_backend **out, qc_err *err) {
 qc_status ck_state_faults_apply(const qc_check_faults *f, qc_backend **be, qc_err *err) {
     if (f->unguarded_exp && !strcmp((*be)->name, "reference")) {
         qc_status s = qc_ref_test_unguarded_exp(*be, 1, err);
+        if (s) {
+            qc_backend_destroy(*be);
+            *be = NULL;
+            return s;
+        }
+    }
+    /* the MoE block's port bugs: the reference of a MoE model only (dense goldens of the same
+     * run are checked unbroken) */
+    if (f->moe_fault && !strcmp((*be)->name, "reference") && (*be)->model &&
+        qc_cfg_is_moe(&(*be)->model->cfg)) {
+        qc_status s = qc_ref_test_moe_fault(*be, f->moe_fault, err);
         if (s) {
             qc_backend_destroy(*be);
             *be = NULL;

@@ -108,7 +108,21 @@ typedef struct {
     int L1, T, H;           /* L+1, prompt length, hidden size */
     int lo;                 /* absolute position of prompt row 0 */
     int bad;                /* a call with an unexpected width / index */
+    struct ck_moecap *moe;  /* MoE: where "moe_in" / "router_topk" calls go (NULL: dropped);
+                               hidden may then be NULL (hidden calls dropped) */
 } hcap;
+
+/* MoE trace capture of one run (qc_check_router.c): every prompt and decode position of the
+ * case, the residual before each layer's MoE block and the router's choices. */
+typedef struct ck_moecap {
+    int L, K, H;            /* layers, experts per token, hidden size */
+    int lo, n;              /* absolute position of row 0 (start_pos), rows (prompt + decode) */
+    float *moe_in;          /* [L, n, H] */
+    float *topk;            /* [L, n, 2K]: K ids (as floats), K weights */
+    unsigned char *seen_in; /* [L, n] */
+    unsigned char *seen_tk; /* [L, n] */
+    int bad;                /* a MoE trace call with a wrong width / index */
+} ck_moecap;
 
 /* (c) a model copy whose zero-centred norm weights w' satisfy 1 + w' = w, so a correct
  * (1 + w') norm computes what a buggy "w" norm would. */
@@ -151,6 +165,12 @@ void ck_calib_measure(ctx *c, int slot, int kind, const part *p, const char *cas
 struct calib_case *ck_calib_case_get(calib_sink *cs, const char *stem, const char *cname);
 /* One comparison -> one row; returns its verdict. */
 qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl);
+/* ---- qc_check_tier.c ---- */
+/* After a logits comparison against the golden: the tier's distribution rows (none without a
+ * tier in force: qc_policy_tier). */
+void ck_tier_rows(ctx *c, const cmp_spec *s, const partlist *pl);
+/* The tier's NMSE gate of a comparison against the golden (0: element-wise, as without one). */
+double ck_tier_nmse(const ctx *c, const cmp_spec *s, const partlist *pl);
 /* The trace hook that fills an hcap. */
 void ck_hcap_cb(void *user, int index, const char *name, int start_pos, int n_tokens, int dim,
                 const float *data);
@@ -253,6 +273,52 @@ qc_status ck_bf16_state_wrap(qc_backend *inner, qc_backend **out, qc_err *err);
  * wrapper; on error *be is destroyed and NULL): recurrent_bf16 on both, unguarded_exp on the
  * reference only (the optimized backend is left as it is). */
 qc_status ck_state_faults_apply(const qc_check_faults *f, qc_backend **be, qc_err *err);
+
+/* ---- qc_check_router.c: MoE (router_topk, mixer / MoE-block localisation) ---- */
+/* Allocate mc for every prompt + decode position of gc (cfg MoE). QC_OK or QC_ERR_OOM. */
+qc_status ck_moecap_init(ck_moecap *mc, const qc_config *cfg, const qc_golden_case *gc);
+void ck_moecap_free(ck_moecap *mc);
+/* Store one "moe_in" / "router_topk" trace call (other names ignored). */
+void ck_moecap_feed(ck_moecap *mc, int index, const char *name, int start_pos, int n_tokens,
+                    int dim, const float *data);
+/* The router_topk row of one run (backend, mode) against the golden's router datasets. */
+void ck_check_router(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, const char *backend,
+                     const char *mode, const char *loc);
+/* A first divergent layer l (hidden[l + 1] off, hidden[l] fine) of a MoE run: appends to loc
+ * whether it starts in l's mixer or in its MoE block, and where the router chose differently
+ * (which expert); fills L->block / L->expert_*. No-op without moe_in data. */
+void ck_moe_localise(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, const hcap *hc,
+                     int l, const char *backend, const char *mode, char *loc, size_t loclen,
+                     qc_localisation *L);
+/* The router comparison itself, shared with diff (an ACTUAL's prefill/router datasets). */
+#define CK_ROUTER_MAX_K 64
+typedef struct {
+    int layer, row, decode, pos;  /* where (layer -1: none); pos absolute; row = step if decode */
+    int missing, extra;           /* a golden id not chosen / an id chosen instead (-1: none);
+                                     worst weight: missing = the expert */
+    double margin;                /* golden p_k - p_(k+1) of the row */
+    int32_t expected[CK_ROUTER_MAX_K], got[CK_ROUTER_MAX_K];
+} ck_router_flip;
+typedef struct {
+    double threshold;             /* the golden's router_margin_threshold (<= 0: none) */
+    long rows, agree, flips, near_tie, missing;  /* rows compared; missing: not traced */
+    long n_w, bad_w;              /* weights compared / over tolerance */
+    double max_w_diff, w_expected, w_got, w_allow;     /* at worst_w */
+    double fw_expected, fw_got;                        /* at first_w */
+    ck_router_flip first_flip, first_tie, worst_w, first_w; /* first_w: first weight over
+                                                               tolerance (lowest layer) */
+} ck_router_tally;
+void ck_router_tally_init(ck_router_tally *t, double threshold);
+/* Compare rows [L, rows, K] of the golden (gids, gw, gm; gw / gm may be NULL) with the actual:
+ * from the capture mc (its last `rows` rows when decode, else its first), or from aids / aw
+ * ([L, rows, K], aw may be NULL). pos0: the position of row 0. */
+void ck_router_tally_add(ck_router_tally *t, const qc_tol *tol, int L, int rows, int K, int E,
+                         int decode, int pos0, const int32_t *gids, const float *gw,
+                         const float *gm, const int32_t *aids, const float *aw,
+                         const ck_moecap *mc);
+/* The router_topk row from a tally (loc: a localisation text to append to a failure, or NULL). */
+void ck_router_emit(ctx *c, const qc_golden_case *gc, const ck_router_tally *t,
+                    const char *backend, const char *mode, const char *loc);
 
 /* ---- qc_check_invariants.c ---- */
 /* garbage_reset and unused_slots of one (backend, mode), against the fresh run act. */

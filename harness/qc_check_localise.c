@@ -103,6 +103,10 @@ int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap
                  "Per-layer max |diff| of hidden[i] (! = over tolerance): %s", first_bad - 1,
                  ck_layer_kind(cfg, first_bad - 1), first_bad, curve);
     }
+    /* MoE: mixer or MoE block of that layer, and which expert (qc_check_router.c) */
+    if (hc->moe && first_bad >= 1)
+        ck_moe_localise(c, gc, hc->moe, hc, first_bad - 1, base->backend, base->mode, loc, loclen,
+                        where);
     partlist *pl = calloc(1, sizeof *pl);
     if (!pl) {
         ck_emit_simple(c, gc->name, base->backend, base->mode, s.check, QC_VERDICT_ERROR,

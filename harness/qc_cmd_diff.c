@@ -38,6 +38,8 @@ static const char diff_usage[] =
     "  --policy F.json   tolerance policy (default: tolerances.json beside GOLDEN or its parent\n"
     "                    directory, else built-in)\n"
     "  --label NAME      the name of the runtime in reports (default \"actual\")\n"
+    "  --tier NAME       tolerance tier: fp32 (default), f16-kv, bf16-kv, bf16, int8, int4\n"
+    "                    (docs/tolerance-tiers.md: looser tolerances plus KL / top-1 / top-k rows)\n"
     "  --json F  --junit F  --quiet  --atol / --rtol CLASS=V  --durations N   as for check\n"
     "exit: 0 all passed, 1 a conformance failure (incl. a NaN / Inf, a missing golden case, a\n"
     "      different model's hashes), 2 usage / I/O / format error (incl. a case run on other\n"
@@ -147,6 +149,7 @@ static int diff_parse(int argc, char **argv, const char *prog, qc_check_opts *o,
         else if (qc_argp_is(&a, "--junit")) st = qc_argp_value(&a, &o->junit_path, &err);
         else if (qc_argp_is(&a, "--layout")) st = qc_argp_value(&a, &da->layout, &err);
         else if (qc_argp_is(&a, "--cases")) st = qc_argp_value(&a, &da->cases, &err);
+        else if (qc_argp_is(&a, "--tier")) st = qc_argp_value(&a, &x->tier, &err);
         else if (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol")) {
             const char *v = NULL;
             if (!(st = qc_argp_value(&a, &v, &err))) st = ckcli_parse_tol_flag(a.flag, v, x, &err);

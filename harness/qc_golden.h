@@ -58,6 +58,18 @@ typedef struct {
     float *decode_logits;     /* [S, V] */
     float *decode_margins;    /* [S] (NULL if absent) */
     qc_golden_state decode_state;
+    /* MoE goldens (golden/SCHEMA.md "MoE"; each NULL when absent, always absent for a dense
+     * model): the router's choices per layer and position, k = cfg.n_experts_per_tok, ids in
+     * descending probability, weights renormalised, margins p_k - p_(k+1); moe_in = the residual
+     * after layer l's mixer, before its MoE block. */
+    int32_t *prefill_topk_ids;      /* [L, T, k] */
+    float *prefill_topk_weights;    /* [L, T, k] */
+    float *prefill_router_margins;  /* [L, T] */
+    float *prefill_moe_in;          /* [L, T, H] */
+    int32_t *decode_topk_ids;       /* [L, S, k] */
+    float *decode_topk_weights;     /* [L, S, k] */
+    float *decode_router_margins;   /* [L, S] */
+    float *decode_moe_in;           /* [L, S, H] */
 } qc_golden_case;
 
 /* What qc_golden_open_lazy knows of a case without reading its tensors (every dataset named
@@ -71,6 +83,10 @@ typedef struct {
     int has_decode;           /* the decode group present */
     int has_decode_margins;   /* decode/margins present */
     int has_decode_state;     /* decode/state present */
+    int has_prefill_router;   /* prefill/router/{topk_ids,topk_weights,margins} present (MoE) */
+    int has_prefill_moe_in;   /* prefill/moe_in present (MoE) */
+    int has_decode_router;    /* decode/router/... present (MoE) */
+    int has_decode_moe_in;    /* decode/moe_in present (MoE) */
 } qc_golden_case_meta;
 
 typedef struct {
@@ -86,6 +102,8 @@ typedef struct {
     char weights_sha256[65];
     char *config_json;        /* owned, NUL-terminated */
     qc_config cfg;            /* parsed from config_json */
+    double router_margin_threshold; /* MoE: a router flip whose golden margin is below it is
+                                       reported, not failed (root attribute; -1 when absent) */
     int n_cases;
     qc_golden_case *cases;    /* [n_cases], sorted by name; the scalars (name, description,
                                  start_pos, max_seq_len, n_history, n_tokens, n_decode) always

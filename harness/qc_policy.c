@@ -65,6 +65,8 @@ struct qc_policy {
     int n_overrides;
     override_entry *overrides;   /* [n_overrides] */
     double tie_margin;           /* < 0: 2 x logits atol */
+    int has_tier;                /* 1: tier in force (qc_policy_set_tier) */
+    qc_tier_gate tier;
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -421,7 +423,30 @@ void qc_policy_lookup(const qc_policy *p, qc_tclass cls, const char *backend, co
         apply(out, &e->tol);
         if (reason) *reason = e->reason;
     }
+    if (p->has_tier) {
+        const qc_tol *f = &p->tier.floor[cls];
+        if (out->atol < f->atol) out->atol = f->atol;
+        if (out->rtol < f->rtol) out->rtol = f->rtol;
+        if (f->max_kl >= 0.0 && out->max_kl >= 0.0 && out->max_kl < f->max_kl)
+            out->max_kl = f->max_kl;
+    }
 }
+
+void qc_policy_set_tier(qc_policy *p, const qc_tier_gate *g, double tie) {
+    double cur = qc_policy_tie_margin(p);
+    p->tier = *g;
+    p->has_tier = 1;
+    for (int c = 0; c < QC_TC_COUNT; c++) {     /* the defaults too: what --print shows */
+        qc_tol *d = &p->defaults[c];
+        const qc_tol *f = &g->floor[c];
+        if (d->atol < f->atol) d->atol = f->atol;
+        if (d->rtol < f->rtol) d->rtol = f->rtol;
+        if (f->max_kl >= 0.0 && d->max_kl >= 0.0 && d->max_kl < f->max_kl) d->max_kl = f->max_kl;
+    }
+    p->tie_margin = tie > cur ? tie : cur;
+}
+
+const qc_tier_gate *qc_policy_tier(const qc_policy *p) { return p->has_tier ? &p->tier : NULL; }
 
 /* ---------------------------------------------------------------------------------------- */
 /* Command-line changes, introspection, --print                                              */

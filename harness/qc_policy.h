@@ -48,6 +48,33 @@ typedef struct {
 
 typedef struct qc_policy qc_policy;
 
+/* A reduced-precision tier in force (harness/qc_tier.c, docs/tolerance-tiers.md): the
+ * distribution gates of the logits checks and the floors of every lookup. */
+typedef struct {
+    char name[32];          /* "f16-kv", ... */
+    int dist;               /* 1: emit the distribution rows (kl_mean / kl_p99 / kl_max /
+                               top1 / topk) after each logits comparison */
+    double kl_mean, kl_p99, kl_max; /* per check, over its rows: limits on KL(golden || actual) */
+    int topk;               /* k of the top-k overlap */
+    double topk_min;        /* the mean top-k overlap of a check must be >= this */
+    qc_tol floor[QC_TC_COUNT]; /* a lookup never returns less than these (max_kl < 0: none) */
+    double tie_delta;       /* near-tie delta of the top1 rows (the tie margin of the tier) */
+    double nmse[QC_TC_COUNT]; /* > 0: the class's comparisons against the golden are gated on
+                               NMSE <= this instead of element-wise closeness */
+    int n_stems;            /* per-golden limits (measured on that golden), by file stem */
+    struct {
+        char stem[64];
+        double kl_mean, kl_p99, kl_max, tie_delta, topk_min;
+        double nmse[QC_TC_COUNT];
+    } stems[16];
+} qc_tier_gate;
+
+/* Put tier g in force (copied): every later lookup is raised to g's floors (an override of the
+ * file can loosen further, never tighten below the tier), the tie margin to at least tie. */
+void qc_policy_set_tier(qc_policy *p, const qc_tier_gate *g, double tie);
+/* The tier in force, or NULL (the policy as loaded: the fp32 tier). */
+const qc_tier_gate *qc_policy_tier(const qc_policy *p);
+
 /* The built-in policy (the committed fixture defaults, used when no file applies). */
 qc_status qc_policy_builtin(qc_policy **out, qc_err *err);
 /* Parse JSON text; `path` names the source in messages. */

@@ -104,6 +104,12 @@ static cJSON *row_json(const qc_check_row *w) {
                 cJSON_AddNumberToObject(l, "after_layer", w->loc.layer_lo);
             if (w->loc.step >= 0) cJSON_AddNumberToObject(l, "decode_step", w->loc.step);
             cJSON_AddStringToObject(l, "source", w->loc.source);
+            if (w->loc.block[0]) cJSON_AddStringToObject(l, "block", w->loc.block);
+            if (w->loc.has_expert) {
+                cJSON_AddNumberToObject(l, "expert_expected", w->loc.expert_expected);
+                if (w->loc.expert_got >= 0)
+                    cJSON_AddNumberToObject(l, "expert_got", w->loc.expert_got);
+            }
         }
     }
     if (w->detail) cJSON_AddStringToObject(o, "detail", w->detail);

@@ -38,7 +38,7 @@ typedef struct {
 static void capture_hidden_cb(void *user, int index, const char *name, int start_pos,
                               int n_tokens, int dim, const float *data) {
     capture *c = user;
-    (void)name;
+    if (name && strcmp(name, "hidden")) return; /* MoE traces ("moe_in", "router_topk") */
     if (index < 0 || index >= c->n_index) {
         c->bad_index = 1;
         return;

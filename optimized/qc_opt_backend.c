@@ -9,8 +9,9 @@
  * bound, decode); else a packed GEMM: the tokens are packed once into strips [Kp, NR], the
  * output rows are split into panels of MR rows across threads, each thread widens its panel
  * into fp32 once per token block and runs the MR x NR micro tile over the block's strips.
- * Attention: per (token, head) with an online softmax over key blocks of 64 (no scratch that
- * grows with the context). DeltaNet: qc_opt_deltanet.c.
+ * Attention: an online softmax over key blocks of 64, tiled over query blocks x the heads of
+ * a KV group (no scratch that grows with the context; qc_opt_attention.c). DeltaNet:
+ * qc_opt_deltanet.c. MoE models: the MoE block (qc_opt_moe.c) in place of the dense MLP.
  *
  * Threads: one OpenMP region per forward pass; thread 0 runs the pass and posts each parallel
  * step as a job whose items the other threads help with (qc_opt_pool.c). Thread invariance:
@@ -22,11 +23,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "qc/qc_backend.h"
 #include "qc/qc_memplan.h"
 #include "qc/qc_optimized.h"
 #include "qc_opt_internal.h"
+#include "qc_opt_profile.h"
+
+/* test only (the bench gate's test, tests/cli/test_bench_gate.sh): env QC_TEST_DECODE_SLEEP_US,
+ * read at create, sleeps that many microseconds in every single-token forward (a decode step),
+ * so the test has a build that is really slower. 0 (unset) in normal use. */
+static long opt_test_decode_sleep_us;
 
 /* ===================================================================================== */
 /* Release (the layout and create are at the end of the file)                             */
@@ -180,6 +188,7 @@ static void norm_item(void *ctx, long r, int tid) {
 static void rmsnorm_rows(qc_opt *o, float *y, const float *x, int rows, int dim, const float *w1p,
                          float eps) {
     norm_job j = {o->k, y, x, dim, w1p, eps};
+    QC_OPT_PROF_CLASS(QC_OP_NORM);
     qc_opt_run(o, rows, QC_OPT_PAR(o, (double)rows * dim), norm_item, &j);
 }
 
@@ -200,6 +209,7 @@ static void add_item(void *ctx, long it, int tid) {
 
 static void add_rows(qc_opt *o, float *h, const float *u, size_t count) {
     add_job j = {h, u, count};
+    QC_OPT_PROF_CLASS(QC_OP_ELEM);
     qc_opt_run(o, (long)((count + ADD_CHUNK - 1) / ADD_CHUNK), QC_OPT_PAR(o, (double)count), add_item, &j);
 }
 
@@ -251,45 +261,6 @@ static void qk_item(void *ctx, long t, int tid) {
     }
 }
 
-/* item = (token, head): causal softmax attention, online over key blocks of 64, then
- * * sigmoid(gate) */
-static void attn_item(void *ctx, long it, int tid) {
-    const attn_job *j = ctx;
-    const qc_opt *o = j->o;
-    const qc_opt_kernels *K = o->k;
-    const int hd = j->hd, t = (int)(it / j->nh), h = (int)(it % j->nh), qgd = 2 * j->nh * hd;
-    const float *q = o->act + (size_t)t * j->nh * hd + (size_t)h * hd;
-    const int g = h / j->grp, npos = j->start_pos + t + 1;
-    const float *Kc = j->kc + (size_t)g * j->max_ctx * hd, *Vc = j->vc + (size_t)g * j->max_ctx * hd;
-    float *out = o->ob + (size_t)t * j->nh * hd + (size_t)h * hd;
-    float *sc = o->th[tid].sc;
-    float m = -INFINITY, lsum = 0.0f;
-    memset(out, 0, (size_t)hd * sizeof(float));
-    for (int p0 = 0; p0 < npos; p0 += 64) {
-        const int nb = npos - p0 < 64 ? npos - p0 : 64;
-        float mb = -INFINITY;
-        for (int i = 0; i < nb; i++) {
-            sc[i] = K->dot(q, Kc + (size_t)(p0 + i) * hd, hd) * j->scale;
-            if (sc[i] > mb) mb = sc[i];
-        }
-        const float mnew = mb > m ? mb : m;
-        if (mnew > m && m != -INFINITY) {
-            const float corr = expf(m - mnew);
-            K->scale(out, corr, hd);
-            lsum *= corr;
-        }
-        m = mnew;
-        for (int i = 0; i < nb; i++) sc[i] = sc[i] - m;
-        K->vexp(sc, sc, nb);
-        for (int i = 0; i < nb; i++) {
-            lsum += sc[i];
-            K->axpy(out, sc[i], Vc + (size_t)(p0 + i) * hd, hd);
-        }
-    }
-    K->scale(out, 1.0f / lsum, hd);
-    K->sigmoid_mul(out, o->mix + (size_t)t * qgd + (size_t)h * 2 * hd + hd, hd);
-}
-
 static void attention(qc_opt *o, int l, int n, int start_pos, qc_state *st) {
     const qc_config *c = &o->m->cfg;
     const qc_layer_weights *W = &o->m->layers[l];
@@ -297,16 +268,20 @@ static void attention(qc_opt *o, int l, int n, int start_pos, qc_state *st) {
     const int qgd = 2 * nh * hd, kvd = nkv * hd;
 
     qc_opt_lin outs[3] = {{&W->q_proj, o->mix, qgd}, {&W->k_proj, o->kb, kvd}, {&W->v_proj, o->vb, kvd}};
+    QC_OPT_PROF_CLASS(QC_OP_PROJ);
     qc_opt_linear(o, o->xn, H, n, H, outs, 3);
 
     attn_job j = {.o = o, .L = &o->layers[l], .kc = st->k_cache[l], .vc = st->v_cache[l],
                   .start_pos = start_pos, .max_ctx = st->max_context_len, .nh = nh, .nkv = nkv,
                   .hd = hd, .rd = c->rotary_dim, .grp = nh / nkv, .eps = (float)c->rms_eps,
                   .scale = (float)(1.0 / sqrt((double)hd))};
+    QC_OPT_PROF_CLASS(QC_OP_ATTN);
     qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * (nh + 2 * nkv) * hd * 4), qk_item, &j);
-    qc_opt_run(o, (long)n * nh, QC_OPT_PAR(o, (double)n * nh * hd * (start_pos + n)), attn_item, &j);
+    /* the causal softmax, tiled over query blocks and key blocks (qc_opt_attention.c) */
+    qc_opt_attend(o, j.kc, j.vc, j.max_ctx, n, start_pos, nh, nkv, hd, j.scale);
 
     qc_opt_lin oo = {&W->o_proj, o->u, H};
+    QC_OPT_PROF_CLASS(QC_OP_PROJ);
     qc_opt_linear(o, o->ob, (long)nh * hd, n, nh * hd, &oo, 1);
 }
 
@@ -330,10 +305,13 @@ static void mlp(qc_opt *o, int l, int n) {
     const qc_layer_weights *W = &o->m->layers[l];
     const int H = c->hidden_size, I = c->intermediate_size;
     qc_opt_lin gu[2] = {{&W->mlp_gate, o->mix, I}, {&W->mlp_up, o->zb, I}};
+    QC_OPT_PROF_CLASS(QC_OP_PROJ);
     qc_opt_linear(o, o->xn, H, n, H, gu, 2);
     mlp_job j = {o, I};
+    QC_OPT_PROF_CLASS(QC_OP_ELEM);
     qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * I * 8), swiglu_item, &j);
     qc_opt_lin dn = {&W->mlp_down, o->u, H};
+    QC_OPT_PROF_CLASS(QC_OP_PROJ);
     qc_opt_linear(o, o->mix, I, n, I, &dn, 1);
 }
 
@@ -350,6 +328,10 @@ static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int s
     const qc_model *m = o->m;
     const qc_config *c = &m->cfg;
     const int H = c->hidden_size;
+    if (n == 1 && opt_test_decode_sleep_us > 0) {
+        struct timespec ts = {opt_test_decode_sleep_us / 1000000, (opt_test_decode_sleep_us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
+    }
     /* the arguments were validated by qc_backend_forward (the call contract, qc_backend.h),
      * the chunk against be->max_chunk_tokens = o->cmax; this backend's own capacity stays
      * guarded here (a caller that bypasses the contract gets an error, not an overflow) */
@@ -361,7 +343,10 @@ static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int s
                        "optimized forward: %d tokens in chunks of %d exceed the scratch sized at "
                        "create (max_tokens %d, chunk scratch %d tokens)",
                        n, chunk, o->max_tokens, o->cmax);
-    if (QC_OPT_PAR(o, (double)n * H * c->intermediate_size)) {
+    const int I = qc_cfg_is_moe(c) ? c->n_experts_per_tok * c->moe_intermediate_size +
+                                         c->shared_expert_intermediate_size
+                                   : c->intermediate_size;
+    if (QC_OPT_PAR(o, (double)n * H * I)) {
         /* one parallel region per forward: thread 0 runs the pass, the others help with its
          * jobs (qc_opt_pool.c); passes too small to share any job run inline */
         qc_opt_pool_reset(&o->pool);
@@ -426,8 +411,11 @@ static void forward_body(qc_backend *be, const int32_t *tokens, int n, int start
         if (c->layer_types[l] == QC_LAYER_FULL) attention(o, l, n, start_pos, st);
         else qc_opt_deltanet(o, l, n, st, chunk);
         add_rows(o, o->h, o->u, (size_t)n * H);
+        if (qc_cfg_is_moe(c) && be->opts.trace)
+            be->opts.trace(be->opts.trace_user, l, "moe_in", start_pos, n, H, o->h);
         rmsnorm_rows(o, o->xn, o->h, n, H, Ly->post_norm1p, eps);
-        mlp(o, l, n);
+        if (qc_cfg_is_moe(c)) qc_opt_moe(o, l, n, start_pos, &be->opts);
+        else mlp(o, l, n);
         add_rows(o, o->h, o->u, (size_t)n * H);
         if (be->opts.trace && l < L - 1)
             be->opts.trace(be->opts.trace_user, l + 1, "hidden", start_pos, n, H, o->h);
@@ -444,6 +432,7 @@ static void forward_body(qc_backend *be, const int32_t *tokens, int n, int start
     }
     if (logits) {
         qc_opt_lin lo = {&m->lm_head, logits, V};
+        QC_OPT_PROF_CLASS(QC_OP_LMHEAD);
         if (all_logits) qc_opt_linear(o, o->xn, H, n, H, &lo, 1);
         else qc_opt_linear(o, o->xn + (size_t)(n - 1) * H, H, 1, H, &lo, 1);
     }
@@ -496,8 +485,9 @@ static void opt_geometry(qc_opt *o, const qc_config *c, const qc_backend_opts *o
     /* chunk scratch: chunks of up to max(chunk_size, 256) tokens, never more than a call holds */
     const int cm = imax(op->chunk_size, 256);
     o->cmax = cm < op->max_tokens ? cm : op->max_tokens;
-    const int kmax = imax(imax(c->hidden_size, c->intermediate_size),
-                          imax(c->n_heads * c->head_dim, qc_cfg_value_dim(c)));
+    int kmax = imax(imax(c->hidden_size, c->intermediate_size),
+                    imax(c->n_heads * c->head_dim, qc_cfg_value_dim(c)));
+    kmax = imax(kmax, imax(c->moe_intermediate_size, c->shared_expert_intermediate_size));
     o->kp_max = qc_opt_kpad(kmax);
 }
 
@@ -527,6 +517,10 @@ static void opt_layout(qc_opt *o, const qc_config *c, opt_arena *a) {
     o->est = take(a, Kc, C);
     o->xpack = take(a, (N + NR - 1) / NR, Kp * NR);
     o->inv_freq = take(a, 1, (size_t)(c->rotary_dim / 2 + 1));
+    if (qc_cfg_is_moe(c)) { /* the MoE block's scratch (qc_opt_moe.c) */
+        float *moe = take(a, 1, qc_opt_moe_floats(c, o->max_tokens));
+        if (a->base) qc_opt_moe_init(&o->moe, c, o->max_tokens, moe);
+    }
     /* per thread: a GEMM weight panel and the DeltaNet chunk scratch */
     for (int t = 0; t < o->nthreads; t++) {
         float *panel = take(a, Kp, QC_OPT_MR_MAX);
@@ -648,6 +642,8 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     if (pm && *pm) o->par_min = atof(pm);
     const char *gm = getenv("QC_OPT_GEMM_MIN");
     if (gm && *gm) o->gemm_min = atoi(gm) > 0 ? atoi(gm) : 1;
+    const char *tsl = getenv("QC_TEST_DECODE_SLEEP_US");
+    opt_test_decode_sleep_us = tsl && *tsl ? atol(tsl) : 0;
     snprintf(o->desc, sizeof o->desc, "optimized (%s, %d thread%s)", o->k->isa, o->nthreads,
              o->nthreads == 1 ? "" : "s");
 

@@ -1,5 +1,5 @@
 /* qc_opt_internal.h — private structures of the optimized backend (shared by
- * qc_opt_backend.c and qc_opt_deltanet.c; not part of the public API).
+ * qc_opt_backend.c, qc_opt_deltanet.c and qc_opt_moe.c; not part of the public API).
  *
  * Threading: every parallel step (a job of qc_opt_pool.c) splits work by output rows, tokens
  * or heads; each output element is computed entirely by one item, by whichever thread claims
@@ -72,6 +72,31 @@ typedef struct {
     qc_opt_range *range;            /* [cap] each thread's contiguous share of the job */
 } qc_opt_pool;
 
+/* MoE block scratch (qc_opt_moe.c; N = max_tokens, zeroed views for a dense model).
+ * "Expert-major" rows: expert e owns rows off[e] .. off[e+1]-1 of xg / gu / ye, one per
+ * (token, slot) routed to it, tokens ascending. */
+typedef struct {
+    int E, k, Ie, Is, N; /* experts, chosen per token, expert / shared widths, max tokens */
+    float *lg;    /* [N, E] router logits, then probabilities */
+    float *topk;  /* [N, 2k] the "router_topk" trace: ids (as floats, descending p) | weights */
+    float *selw;  /* [N, k] renormalised weights, ascending expert id (accumulation order) */
+    int *sel;     /* [N, k] chosen expert ids, ascending */
+    int *row;     /* [N, k] expert-major row of (token, slot) */
+    int *tok;     /* [N k] token of each expert-major row */
+    int *cnt;     /* [E] tokens per expert */
+    int *fill;    /* [E] grouping cursor */
+    int *off;     /* [E + 1] first expert-major row of each expert */
+    int *small;   /* [E] experts of the batched matrix-vector job (fewer than gemm_min tokens) */
+    int *iend;    /* [E] their cumulative work items */
+    float *xg;    /* [N k, H] gathered inputs */
+    float *gu;    /* [N k, 2 Ie] gate | up, then silu(gate) * up in the first Ie */
+    float *ye;    /* [N k, H] expert outputs */
+    float *sg;    /* [N, Is] shared gate, then silu(gate) * up */
+    float *su;    /* [N, Is] shared up */
+    float *sgt;   /* [N] shared expert gate logit */
+    float *sd;    /* [N, H] shared expert output (before its sigmoid gate) */
+} qc_opt_moe_scratch;
+
 typedef struct {
     const qc_model *m;
     const qc_opt_kernels *k; /* the chosen ISA's kernel table */
@@ -104,6 +129,7 @@ typedef struct {
     float *xpack;  /* [ceil(N / NR), Kp_max, NR] packed token strips */
     float **panel; /* [nthreads] -> [Kp_max / 16, MR, 16] packed weight panel */
     qc_opt_thread *th; /* [nthreads] */
+    qc_opt_moe_scratch moe; /* MoE models only (views into the arena) */
     qc_opt_pool pool;  /* job board (valid while pool_active) */
     int pool_active;   /* 1 inside a forward running with helper threads */
     void *arena;   /* every float buffer above: one 64-byte-aligned allocation (create's layout) */
@@ -137,6 +163,24 @@ void qc_opt_dn_thread_init(qc_opt_thread *t, const qc_config *c, int cmax, float
 /* The Gated DeltaNet mixer of layer l over n tokens (xn -> o->u), updating conv_state and
  * recurrent_state of `st`. chunk: effective chunk size (<= o->cmax) or 0 for the recurrence. */
 void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk);
+
+/* ---- MoE block (qc_opt_moe.c) ---- */
+
+/* Floats of MoE scratch for max_tokens tokens (0 for a dense config; SIZE_MAX on overflow). */
+size_t qc_opt_moe_floats(const qc_config *c, int max_tokens);
+/* Carve the views out of buf (qc_opt_moe_floats(c, max_tokens) floats, 64-byte aligned). */
+void qc_opt_moe_init(qc_opt_moe_scratch *s, const qc_config *c, int max_tokens, float *buf);
+/* The MoE block of layer l over n tokens: o->xn (normed) -> o->u; the "router_topk" trace
+ * through op->trace when set. */
+void qc_opt_moe(qc_opt *o, int l, int n, int start_pos, const qc_backend_opts *op);
+
+/* ---- gated attention core (qc_opt_attention.c) ---- */
+
+/* o->ob[t, h] = softmax-weighted values of query o->act[t, h] over positions 0..start_pos+t
+ * of this layer's caches kc / vc ([nkv, max_ctx, hd]), times sigmoid of the gate in
+ * o->mix; t < n, h < nh. Tiled; bit-identical for any thread count and tile shape. */
+void qc_opt_attend(qc_opt *o, const float *kc, const float *vc, int max_ctx, int n, int start_pos,
+                   int nh, int nkv, int hd, float scale);
 
 /* ---- shared helpers (qc_opt_backend.c) ---- */
 

@@ -67,6 +67,13 @@ typedef struct qc_opt_kernels {
     void (*gemm_nn)(int M, int N, int K, const float *A, long lda, const float *B, long ldb,
                     float *C, long ldc, int acc);
     float (*dot)(const float *a, const float *b, int n);     /* fixed-order dot product */
+    /* attention inner loops (qc_opt_attention.c); NULL: the caller loops over dot / axpy.
+     * attn_scores: sc[i] = dot(q, Kb + i*ldk, hd) * scale for i < nb, each bit for bit the
+     * table's dot; attn_pv: out += p[i] * Vb[i*ldv ..] for i = 0, 1, .. nb-1, each element
+     * the chain of the table's axpy calls. */
+    void (*attn_scores)(float *sc, const float *q, const float *Kb, long ldk, int nb, int hd,
+                        float scale);
+    void (*attn_pv)(float *out, const float *p, const float *Vb, long ldv, int nb, int hd);
     float (*sumsq)(const float *x, int n);                   /* fixed-order sum of squares */
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a * x */
     void (*scale)(float *y, float a, int n);                 /* y *= a */

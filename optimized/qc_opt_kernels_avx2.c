@@ -2,7 +2,8 @@
  *
  *   GEMM micro tile: 6 weight rows x 16 tokens = 12 ymm accumulators; packed panel
  *     [Kp/16][6][16], token strip [Kp][16].
- *   matvec: one row at a time, four 8-wide accumulators over 32-element blocks.
+ *   matvec: one row at a time, four 8-wide accumulators over 32-element blocks (bf16: shift
+ *     and mask of a 256-bit load against a de-interleaved x, mv_row_bf16).
  * Every function carries __attribute__((target(...))); see qc_opt_kernels.h for the numerics
  * contract.
  */
@@ -196,9 +197,66 @@ T2I float mv_row(const void *W, qc_dtype dt, int K, const float *x, int prefetch
     return s;
 }
 
+/* BF16 fast path of mv_row, the same numbers: one 256-bit load of 16 bf16 widened by a shift
+ * (the even elements) and a mask (the odd ones) instead of a cross-lane zero-extension and a
+ * shift per 8, against xe, x de-interleaved the same way per 16 elements. Each lane of
+ * e0 / o0 / e1 / o1 accumulates one residue of k mod 32 in block order (the lanes of a0..a3
+ * of mv_row, permuted): re-interleaving gives a0..a3 bit for bit; the rest is mv_row's. */
+T2I float mv_row_bf16(const void *W, int K, const float *x, const float *xe, int prefetch) {
+    const char *Wb = W;
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    __m256 e0 = _mm256_setzero_ps(), o0 = e0, e1 = e0, o1 = e0;
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        if (prefetch) _mm_prefetch(Wb + (size_t)k * 2 + 2048, _MM_HINT_T0);
+        const __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)(Wb + (size_t)k * 2));
+        const __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(Wb + (size_t)k * 2 + 32));
+        e0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), _mm256_load_ps(xe + k), e0);
+        o0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v0, hi)), _mm256_load_ps(xe + k + 8), o0);
+        e1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)), _mm256_load_ps(xe + k + 16), e1);
+        o1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v1, hi)), _mm256_load_ps(xe + k + 24), o1);
+    }
+    /* unpack lo / hi: residues {0-3, 8-11} / {4-7, 12-15} of each 16; halves recombined */
+    __m256 l0 = _mm256_unpacklo_ps(e0, o0), h0 = _mm256_unpackhi_ps(e0, o0);
+    __m256 l1 = _mm256_unpacklo_ps(e1, o1), h1 = _mm256_unpackhi_ps(e1, o1);
+    __m256 a0 = _mm256_permute2f128_ps(l0, h0, 0x20), a1 = _mm256_permute2f128_ps(l0, h0, 0x31);
+    __m256 a2 = _mm256_permute2f128_ps(l1, h1, 0x20), a3 = _mm256_permute2f128_ps(l1, h1, 0x31);
+    if (k + 8 <= K) { a0 = _mm256_fmadd_ps(ld8(W, QC_BF16, (size_t)k), _mm256_loadu_ps(x + k), a0); k += 8; }
+    if (k + 8 <= K) { a1 = _mm256_fmadd_ps(ld8(W, QC_BF16, (size_t)k), _mm256_loadu_ps(x + k), a1); k += 8; }
+    if (k + 8 <= K) { a2 = _mm256_fmadd_ps(ld8(W, QC_BF16, (size_t)k), _mm256_loadu_ps(x + k), a2); k += 8; }
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k < K; k++) s += wscalar(W, QC_BF16, (size_t)k) * x[k];
+    return s;
+}
+
+/* floats of the de-interleaved copies of x (64 KiB of stack): tokens are taken in groups
+ * whose copies fit; a K beyond it takes the generic path */
+#define MV_XE 16384
+
 T2I void mv_dt(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K, const float *x,
                long ldx, int n) {
     const size_t es = dt == QC_F32 ? 4 : 2;
+    const int K32 = K / 32 * 32;
+    if (dt == QC_BF16 && K32 > 0 && K32 <= MV_XE) {
+        float xe[MV_XE] __attribute__((aligned(32)));
+        const int g = MV_XE / K32; /* tokens per group */
+        for (int t0 = 0; t0 < n; t0 += g) {
+            const int nt = n - t0 < g ? n - t0 : g;
+            for (int t = 0; t < nt; t++)
+                for (int k = 0; k < K32; k += 16)
+                    for (int i = 0; i < 8; i++) {
+                        xe[(size_t)t * K32 + k + i] = x[(t0 + t) * ldx + k + 2 * i];
+                        xe[(size_t)t * K32 + k + 8 + i] = x[(t0 + t) * ldx + k + 2 * i + 1];
+                    }
+            for (int r = 0; r < rows; r++) {
+                const char *Wr = (const char *)W + (size_t)r * K * es;
+                for (int t = 0; t < nt; t++)
+                    y[(long)(t0 + t) * ldy + r] =
+                        mv_row_bf16(Wr, K, x + (t0 + t) * ldx, xe + (size_t)t * K32, t == 0);
+            }
+        }
+        return;
+    }
     for (int r = 0; r < rows; r++) {
         const char *Wr = (const char *)W + (size_t)r * K * es;
         for (int t = 0; t < n; t++) y[(long)t * ldy + r] = mv_row(Wr, dt, K, x + t * ldx, t == 0);

@@ -28,8 +28,10 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "qc_opt_internal.h"
+#include "qc_opt_profile.h"
 
 #define IDX_BITS 21
 #define SEQ_BITS 22
@@ -139,12 +141,42 @@ static void run_part(qc_opt_pool *p, long base, long n, qc_opt_job_fn fn, void *
     while (atomic_load_explicit(&p->done, memory_order_acquire) < n) backoff(&spins);
 }
 
-void qc_opt_run(qc_opt *o, long n, int parallel, qc_opt_job_fn fn, void *ctx) {
-    if (n <= 0) return;
+/* the job itself (qc_opt_run without the timer) */
+static void run_job(qc_opt *o, long n, int parallel, qc_opt_job_fn fn, void *ctx) {
     if (!parallel || !o->pool_active || n == 1) {
         for (long i = 0; i < n; i++) fn(ctx, i, 0);
         return;
     }
     for (long base = 0; base < n; base += (long)IDX_MASK)
         run_part(&o->pool, base, n - base < (long)IDX_MASK ? n - base : (long)IDX_MASK, fn, ctx);
+}
+
+/* ---- the per-op timer hook (qc_opt_profile.h) ---- */
+
+qc_opt_profile *qc_opt_prof_hook = NULL;
+
+const char *qc_opt_prof_name(int cls) {
+    static const char *const names[QC_OP_N] = {"proj", "deltanet", "attention", "conv",
+                                               "norms", "elementwise", "lm_head"};
+    return cls >= 0 && cls < QC_OP_N ? names[cls] : NULL;
+}
+
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void qc_opt_run(qc_opt *o, long n, int parallel, qc_opt_job_fn fn, void *ctx) {
+    if (n <= 0) return;
+    qc_opt_profile *P = qc_opt_prof_hook; /* the one check when off */
+    if (!P) {
+        run_job(o, n, parallel, fn, ctx);
+        return;
+    }
+    const double t0 = prof_now();
+    run_job(o, n, parallel, fn, ctx);
+    const int c = P->cur >= 0 && P->cur < QC_OP_N ? P->cur : QC_OP_ELEM;
+    P->sec[c] += prof_now() - t0;
+    P->jobs[c]++;
 }

@@ -4,6 +4,8 @@
  *   for each layer i:
  *       h = h + Mixer_i(RMSNorm_1p(h; input_norm))             DeltaNet or gated attention
  *       h = h + MLP_i(RMSNorm_1p(h; post_norm))                trace i+1 (i < L-1)
+ *         (MoE models: h is traced as "moe_in" i, the MLP is the MoE block of qc_ref_moe.c,
+ *          its choices are traced as "router_topk" i)
  *   h = RMSNorm_1p(h; final_norm)                              trace L
  *   logits = h @ lm_head^T
  *
@@ -21,6 +23,7 @@
 #include "qc/qc_reference.h"
 #include "qc_ref_blocks.h"
 #include "qc_ref_deltanet.h"
+#include "qc_ref_moe.h"
 #include "qc_ref_testhooks.h"
 
 /* ===================================================================================== */
@@ -39,6 +42,8 @@ typedef struct {
     float *A_log, *dt_bias; /* [nv] each */
     float *lin_norm;        /* [dv] */
     qc_ref_dn_layer dn;     /* views of the above + the model's matrices */
+    /* mixture-of-experts MLP (MoE models) */
+    qc_ref_moe_layer moe;   /* views of the model's router / experts / shared expert */
 } ref_layer;
 
 typedef struct {
@@ -58,6 +63,7 @@ typedef struct {
     float *row;             /* [max(H, I, nh*hd, nv*dv)] one widened weight row */
     qc_ref_attn_scratch attn;
     qc_ref_dn_layer_scratch dn;
+    qc_ref_moe_scratch moe; /* MoE models only */
 } ref_impl;
 
 /* ===================================================================================== */
@@ -66,6 +72,12 @@ typedef struct {
 
 static void trace(const qc_backend *be, int index, int start_pos, int n, int dim, const float *d) {
     if (be->opts.trace) be->opts.trace(be->opts.trace_user, index, "hidden", start_pos, n, dim, d);
+}
+
+/* A named MoE trace ("moe_in", "router_topk"; qc_backend.h). */
+static void trace_named(const qc_backend *be, const char *name, int index, int start_pos, int n,
+                        int dim, const float *d) {
+    if (be->opts.trace) be->opts.trace(be->opts.trace_user, index, name, start_pos, n, dim, d);
 }
 
 static qc_status ref_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
@@ -97,10 +109,17 @@ static qc_status ref_forward(qc_backend *be, const int32_t *tokens, int n, int s
                                   use_chunked, be->opts.chunk_size, &R->dn);
         for (size_t k = 0; k < (size_t)n * H; k++) R->h[k] = R->h[k] + R->y[k];
 
-        /* MLP: h = h + MLP(RMSNorm_1p(h)) */
+        /* MLP: h = h + MLP(RMSNorm_1p(h)); a MoE model's MLP is the MoE block */
+        if (qc_cfg_is_moe(c)) trace_named(be, "moe_in", i, start_pos, n, H, R->h);
         qc_ref_rmsnorm_1p(R->u, R->h, n, H, ly->post_norm, (float)c->rms_eps);
-        qc_ref_mlp(R->y, R->u, n, H, I, &w->mlp_gate, &w->mlp_up, &w->mlp_down, R->mlp_gate,
-                   R->mlp_up, R->row);
+        if (qc_cfg_is_moe(c)) {
+            qc_ref_moe(R->y, R->u, n, &ly->moe, &R->moe);
+            trace_named(be, "router_topk", i, start_pos, n, 2 * c->n_experts_per_tok,
+                        R->moe.route);
+        } else {
+            qc_ref_mlp(R->y, R->u, n, H, I, &w->mlp_gate, &w->mlp_up, &w->mlp_down, R->mlp_gate,
+                       R->mlp_up, R->row);
+        }
         for (size_t k = 0; k < (size_t)n * H; k++) R->h[k] = R->h[k] + R->y[k];
 
         if (i < L - 1) trace(be, i + 1, start_pos, n, H, R->h);
@@ -234,6 +253,12 @@ static void layout_scratch(ref_impl *R, const qc_config *c, int NT_, arena *a) {
     const qc_ref_dn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim};
     float *chunk_buf = take(a, qc_ref_dn_scratch_floats(&dims, NT_));
     if (a->base) qc_ref_dn_scratch_init(&R->dn.chunk, &dims, NT_, chunk_buf);
+    if (qc_cfg_is_moe(c)) { /* the MoE block's scratch (router, one expert, route table) */
+        const int E = c->n_experts, k = c->n_experts_per_tok, Ie = c->moe_intermediate_size;
+        const int Is = c->shared_expert_intermediate_size;
+        float *moe_buf = take(a, qc_ref_moe_scratch_floats(c->hidden_size, E, k, Ie, Is, NT_));
+        if (a->base) qc_ref_moe_scratch_init(&R->moe, c->hidden_size, E, k, Ie, Is, NT_, moe_buf);
+    }
 }
 
 /* The two arenas' sizes in floats for max_tokens NT: the counting pass of the very layout code
@@ -361,6 +386,22 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
             D->in_proj_a = &w->in_proj_a;
             D->out_proj = &w->out_proj;
         }
+        if (qc_cfg_is_moe(c)) {
+            qc_ref_moe_layer *M = &ly->moe;
+            M->hidden = c->hidden_size;
+            M->n_experts = c->n_experts;
+            M->top_k = c->n_experts_per_tok;
+            M->expert_width = c->moe_intermediate_size;
+            M->shared_width = c->shared_expert_intermediate_size;
+            M->router = &w->router;
+            M->gate_up = &w->exp_gate_up;
+            M->down = &w->exp_down;
+            M->sh_gate = &w->sh_gate;
+            M->sh_up = &w->sh_up;
+            M->sh_down = &w->sh_down;
+            M->sh_expert_gate = &w->sh_expert_gate;
+            M->fault = QC_REF_MOE_FAULT_NONE;
+        }
     }
     *out = be;
     return QC_OK;
@@ -374,5 +415,17 @@ qc_status qc_ref_test_unguarded_exp(qc_backend *be, int on, qc_err *err) {
     if (!be || be->forward != ref_forward || !be->impl)
         return qc_errf(err, QC_ERR_ARG, "unguarded exp: not a reference backend");
     ((ref_impl *)be->impl)->dn.chunk.unguarded_exp = on != 0;
+    return QC_OK;
+}
+
+qc_status qc_ref_test_moe_fault(qc_backend *be, int fault, qc_err *err) {
+    if (!be || be->forward != ref_forward || !be->impl)
+        return qc_errf(err, QC_ERR_ARG, "moe fault: not a reference backend");
+    ref_impl *R = (ref_impl *)be->impl;
+    if (!qc_cfg_is_moe(R->cfg))
+        return qc_errf(err, QC_ERR_ARG, "moe fault: the model is not a mixture-of-experts model");
+    if (fault < QC_REF_MOE_FAULT_NONE || fault > QC_REF_MOE_FAULT_TOPK_NEXT)
+        return qc_errf(err, QC_ERR_ARG, "moe fault: unknown fault %d", fault);
+    for (int i = 0; i < R->cfg->n_layers; i++) R->layers[i].moe.fault = fault;
     return QC_OK;
 }

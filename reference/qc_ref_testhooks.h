@@ -11,4 +11,21 @@
  * Returns QC_ERR_ARG (and changes nothing) when be is not a reference backend. */
 qc_status qc_ref_test_unguarded_exp(qc_backend *be, int on, qc_err *err);
 
+/* The MoE block's known port bugs (docs/qwen35-model.md "MoE", pitfalls), one at a time. */
+typedef enum {
+    QC_REF_MOE_FAULT_NONE = 0,
+    QC_REF_MOE_FAULT_NO_RENORM = 1,  /* top-k weights = the raw softmax probabilities (the
+                                        renormalisation dropped, as with norm_topk_prob=false) */
+    QC_REF_MOE_FAULT_GATE_ALL = 2,   /* the shared-expert sigmoid gate applied to routed + shared
+                                        (ik_llama.cpp#1368) instead of the shared expert only */
+    QC_REF_MOE_FAULT_TOPK_NEXT = 3   /* the k-th choice replaced by the (k+1)-th most probable
+                                        expert (a wrong top-k; no effect when k == E) */
+} qc_ref_moe_fault;
+
+/* Make every MoE layer of the reference backend commit `fault` (QC_REF_MOE_FAULT_NONE
+ * restores it); the router_topk trace reports the ids / weights really used. Returns QC_ERR_ARG
+ * (and changes nothing) when be is not a reference backend, its model is dense, or fault is not
+ * a qc_ref_moe_fault. */
+qc_status qc_ref_test_moe_fault(qc_backend *be, int fault, qc_err *err);
+
 #endif /* QC_REF_TESTHOOKS_H */

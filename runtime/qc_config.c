@@ -13,19 +13,31 @@
  *   "m/config.json: text_config.linear_num_value_heads: 3 is not a multiple of ...".
  *
  * Model family (check_family, before any dimension is read): `model_type` and `architectures`
- * must name a dense Qwen3.5 text model —
- *   flat config:          model_type qwen3_5_text or qwen3_next (the legacy Qwen3-Next layout);
- *   with a text_config:   model_type qwen3_5 (the multimodal wrapper), text_config.model_type
- *                         qwen3_5_text;
+ * must name a Qwen3.5 text model, dense or mixture-of-experts (MoE) —
+ *   flat config:          model_type qwen3_5_text, qwen3_5_moe_text, or qwen3_next (the legacy
+ *                         Qwen3-Next layout, dense only);
+ *   with a text_config:   model_type qwen3_5 with text_config.model_type qwen3_5_text, or
+ *                         qwen3_5_moe with text_config.model_type qwen3_5_moe_text;
  *   architectures[i]:     Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration,
- *                         Qwen3NextForCausalLM (also text_config.architectures, HF writes null);
- * anything else is QC_ERR_UNSUPPORTED naming the field, the value and the accepted values; the
- * Qwen3.5 MoE types (qwen3_5_moe*, Qwen3_5Moe*) and any config whose layers are sparse MoE
- * (num_experts > 0 on a layer not in mlp_only_layers, every decoder_sparse_step-th layer; a
- * qwen3_next config without num_experts has HF's default 512) are "not supported yet". A
- * config with neither field (hand-written, this tool's own minimal configs) is read as a
+ *                         Qwen3NextForCausalLM (dense), Qwen3_5MoeForCausalLM,
+ *                         Qwen3_5MoeForConditionalGeneration (MoE); also
+ *                         text_config.architectures (HF writes null); a dense architecture with
+ *                         a MoE model_type (or the reverse) is refused;
+ * anything else is QC_ERR_UNSUPPORTED naming the field, the value and the accepted values. A
+ * config with neither field (hand-written, this tool's own minimal configs) is read as a dense
  * Qwen3.5 text config: Hugging Face always writes model_type, so a real checkpoint is always
  * checked.
+ *
+ * MoE (parse_moe, the Qwen3.5-MoE family only): num_experts E, num_experts_per_tok k,
+ * moe_intermediate_size, shared_expert_intermediate_size are required positive integers with
+ * k <= E; intermediate_size is not a field of this family (ignored, 0 in the config). Qwen3.5-MoE
+ * always renormalises the top-k router weights and has a MoE block in every layer, so the
+ * Qwen3-Next switches that would say otherwise are refused rather than silently overridden
+ * (QC_ERR_UNSUPPORTED naming the field): norm_topk_prob false, a non-empty mlp_only_layers, a
+ * decoder_sparse_step other than 1 (HF's Qwen3.5-MoE class ignores them; a config carrying
+ * them describes another model). The dense families with sparse layers (num_experts > 0 on a
+ * layer not in mlp_only_layers, every decoder_sparse_step-th layer; a qwen3_next config without
+ * num_experts has HF's default 512) are refused: Qwen3-Next MoE is not supported.
  */
 #include "qc/qc_config.h"
 #include "qc/qc_file.h"
@@ -119,10 +131,13 @@ static qc_status get_rope_num(cfg_ctx *c, const char *name, double def, double *
 
 /* ==== Model family: model_type / architectures ==== */
 
-#define ACCEPTED_TYPES "qwen3_5_text, qwen3_next, or qwen3_5 with a text_config"
-#define ACCEPTED_ARCHS "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3NextForCausalLM"
+#define ACCEPTED_TYPES                                                                         \
+    "qwen3_5_text, qwen3_5_moe_text, qwen3_next, or qwen3_5 / qwen3_5_moe with a text_config"
+#define ACCEPTED_ARCHS                                                                         \
+    "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3NextForCausalLM, "              \
+    "Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration"
 
-typedef enum { FAM_UNKNOWN = 0, FAM_QWEN35, FAM_QWEN3_NEXT } cfg_family;
+typedef enum { FAM_UNKNOWN = 0, FAM_QWEN35, FAM_QWEN3_NEXT, FAM_QWEN35_MOE } cfg_family;
 
 /* A string value for messages: at most 64 printable ASCII characters, others as '?'. */
 static const char *clean(const char *s, char *buf, size_t n) {
@@ -134,10 +149,11 @@ static const char *clean(const char *s, char *buf, size_t n) {
     return buf;
 }
 
-static int is_moe_type(const char *v) { return strncmp(v, "qwen3_5_moe", 11) == 0; }
-static int is_moe_arch(const char *v) { return strncmp(v, "Qwen3_5Moe", 10) == 0; }
+static const char *fam_type(cfg_family f) {
+    return f == FAM_QWEN35_MOE ? "qwen3_5_moe" : f == FAM_QWEN3_NEXT ? "qwen3_next" : "qwen3_5";
+}
 
-/* One model_type field (`field` is its path for messages). */
+/* One model_type field (`field` is its path for messages); sets *fam from it. */
 static qc_status check_model_type(cfg_ctx *c, const cJSON *v, const char *field, int nested,
                                   int text_level, cfg_family *fam) {
     char d[96], b[80];
@@ -145,37 +161,48 @@ static qc_status check_model_type(cfg_ctx *c, const cJSON *v, const char *field,
         return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s: expected a string, got %s", c->path,
                        field, describe(v, d, sizeof d));
     const char *t = v->valuestring;
-    if (is_moe_type(t))
+    if (text_level) { /* text_config.model_type: must match the wrapper's family */
+        cfg_family tf = !strcmp(t, "qwen3_5_text")       ? FAM_QWEN35
+                        : !strcmp(t, "qwen3_5_moe_text") ? FAM_QWEN35_MOE
+                                                         : FAM_UNKNOWN;
+        if (tf != FAM_UNKNOWN && (*fam == FAM_UNKNOWN || *fam == tf)) return *fam = tf, QC_OK;
+        if (tf != FAM_UNKNOWN)
+            return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                           "%s: %s '%s' does not match model_type '%s' (qwen3_5 nests "
+                           "qwen3_5_text, qwen3_5_moe nests qwen3_5_moe_text)",
+                           c->path, field, t, fam_type(*fam));
         return qc_errf(c->err, QC_ERR_UNSUPPORTED,
-                       "%s: %s '%s' is a Qwen3.5 mixture-of-experts model: not supported yet "
-                       "(dense Qwen3.5 text models only; accepted: %s)",
-                       c->path, field, clean(t, b, sizeof b), ACCEPTED_TYPES);
-    if (text_level) { /* text_config.model_type */
-        if (!strcmp(t, "qwen3_5_text")) return QC_OK;
-        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
-                       "%s: %s '%s' is not a Qwen3.5 text model (accepted: qwen3_5_text)",
-                       c->path, field, clean(t, b, sizeof b));
+                       "%s: %s '%s' is not a Qwen3.5 text model (accepted: %s)", c->path, field,
+                       clean(t, b, sizeof b),
+                       *fam == FAM_QWEN35       ? "qwen3_5_text"
+                       : *fam == FAM_QWEN35_MOE ? "qwen3_5_moe_text"
+                                                : "qwen3_5_text or qwen3_5_moe_text");
     }
     if (!nested && !strcmp(t, "qwen3_5_text")) return *fam = FAM_QWEN35, QC_OK;
+    if (!nested && !strcmp(t, "qwen3_5_moe_text")) return *fam = FAM_QWEN35_MOE, QC_OK;
     if (!nested && !strcmp(t, "qwen3_next")) return *fam = FAM_QWEN3_NEXT, QC_OK;
     if (nested && !strcmp(t, "qwen3_5")) return *fam = FAM_QWEN35, QC_OK;
-    if (!nested && !strcmp(t, "qwen3_5"))
+    if (nested && !strcmp(t, "qwen3_5_moe")) return *fam = FAM_QWEN35_MOE, QC_OK;
+    if (!nested && (!strcmp(t, "qwen3_5") || !strcmp(t, "qwen3_5_moe")))
         return qc_errf(c->err, QC_ERR_UNSUPPORTED,
-                       "%s: %s 'qwen3_5' is the multimodal wrapper and needs a text_config "
-                       "object (a flat text config is qwen3_5_text; accepted: %s)",
-                       c->path, field, ACCEPTED_TYPES);
-    if (nested && (!strcmp(t, "qwen3_5_text") || !strcmp(t, "qwen3_next")))
+                       "%s: %s '%s' is the multimodal wrapper and needs a text_config "
+                       "object (a flat text config is %s_text; accepted: %s)",
+                       c->path, field, t, t, ACCEPTED_TYPES);
+    if (nested && (!strcmp(t, "qwen3_5_text") || !strcmp(t, "qwen3_next") ||
+                   !strcmp(t, "qwen3_5_moe_text")))
         return qc_errf(c->err, QC_ERR_UNSUPPORTED,
                        "%s: %s '%s' is a flat text config but text_config is present (the "
-                       "wrapper's model_type is qwen3_5; accepted: %s)",
+                       "wrapper's model_type is qwen3_5 or qwen3_5_moe; accepted: %s)",
                        c->path, field, t, ACCEPTED_TYPES);
     return qc_errf(c->err, QC_ERR_UNSUPPORTED,
                    "%s: %s '%s' is not a Qwen3.5 text model (accepted: %s)", c->path, field,
                    clean(t, b, sizeof b), ACCEPTED_TYPES);
 }
 
-/* One architectures field: an array of strings, each an accepted architecture. */
-static qc_status check_architectures(cfg_ctx *c, const cJSON *v, const char *field) {
+/* One architectures field: an array of strings, each an accepted architecture of the family
+ * the model_type named (an unknown family takes the first architecture's). */
+static qc_status check_architectures(cfg_ctx *c, const cJSON *v, const char *field,
+                                     cfg_family *fam) {
     char d[96], b[80];
     if (!cJSON_IsArray(v))
         return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s: expected an array of strings, got %s",
@@ -186,17 +213,29 @@ static qc_status check_architectures(cfg_ctx *c, const cJSON *v, const char *fie
             return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s[%d]: expected a string, got %s",
                            c->path, field, i, describe(e, d, sizeof d));
         const char *a = e->valuestring;
-        if (!strcmp(a, "Qwen3_5ForCausalLM") || !strcmp(a, "Qwen3_5ForConditionalGeneration") ||
-            !strcmp(a, "Qwen3NextForCausalLM"))
-            continue;
-        if (is_moe_arch(a))
+        cfg_family af = FAM_UNKNOWN;
+        if (!strcmp(a, "Qwen3_5ForCausalLM") || !strcmp(a, "Qwen3_5ForConditionalGeneration"))
+            af = FAM_QWEN35;
+        else if (!strcmp(a, "Qwen3NextForCausalLM"))
+            af = FAM_QWEN3_NEXT;
+        else if (!strcmp(a, "Qwen3_5MoeForCausalLM") ||
+                 !strcmp(a, "Qwen3_5MoeForConditionalGeneration"))
+            af = FAM_QWEN35_MOE;
+        if (af == FAM_UNKNOWN)
             return qc_errf(c->err, QC_ERR_UNSUPPORTED,
-                           "%s: %s[%d] '%s' is a Qwen3.5 mixture-of-experts model: not "
-                           "supported yet (dense Qwen3.5 text models only; accepted: %s)",
-                           c->path, field, i, clean(a, b, sizeof b), ACCEPTED_ARCHS);
-        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
-                       "%s: %s[%d] '%s' is not a Qwen3.5 text model (accepted: %s)", c->path,
-                       field, i, clean(a, b, sizeof b), ACCEPTED_ARCHS);
+                           "%s: %s[%d] '%s' is not a Qwen3.5 text model (accepted: %s)", c->path,
+                           field, i, clean(a, b, sizeof b), ACCEPTED_ARCHS);
+        if (*fam == FAM_UNKNOWN && af == FAM_QWEN35_MOE) *fam = af;
+        /* Qwen3NextForCausalLM also names dense Qwen3.5 text checkpoints (legacy layout) */
+        int same = af == *fam || *fam == FAM_UNKNOWN ||
+                   (af != FAM_QWEN35_MOE && *fam != FAM_QWEN35_MOE);
+        if (!same)
+            return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                           "%s: %s[%d] '%s' is a %s architecture but model_type '%s' is %s",
+                           c->path, field, i, a,
+                           af == FAM_QWEN35_MOE ? "Qwen3.5 mixture-of-experts" : "dense",
+                           fam_type(*fam),
+                           *fam == FAM_QWEN35_MOE ? "mixture-of-experts" : "dense");
     }
     return QC_OK;
 }
@@ -208,15 +247,12 @@ static qc_status check_family(cfg_ctx *c, cfg_family *fam) {
     *fam = FAM_UNKNOWN;
     const cJSON *mt = get(c->root, "model_type");
     if (mt && (st = check_model_type(c, mt, "model_type", nested, 0, fam))) return st;
+    const cJSON *tmt = nested ? get(c->tc, "model_type") : NULL;
+    if (tmt && (st = check_model_type(c, tmt, "text_config.model_type", 1, 1, fam))) return st;
     const cJSON *ar = get(c->root, "architectures");
-    if (ar && (st = check_architectures(c, ar, "architectures"))) return st;
-    if (nested) {
-        const cJSON *tmt = get(c->tc, "model_type");
-        if (tmt && (st = check_model_type(c, tmt, "text_config.model_type", 1, 1, fam)))
-            return st;
-        const cJSON *tar = get(c->tc, "architectures");
-        if (tar && (st = check_architectures(c, tar, "text_config.architectures"))) return st;
-    }
+    if (ar && (st = check_architectures(c, ar, "architectures", fam))) return st;
+    const cJSON *tar = nested ? get(c->tc, "architectures") : NULL;
+    if (tar && (st = check_architectures(c, tar, "text_config.architectures", fam))) return st;
     return QC_OK;
 }
 
@@ -260,23 +296,91 @@ static qc_status check_moe(cfg_ctx *c, const qc_config *cfg, cfg_family fam) {
                            "(the Hugging Face default): mixture-of-experts layers are not "
                            "supported yet (dense MLP only; layer %d would be MoE)",
                            c->path, c->pfx, ne, i);
+        if (fam == FAM_QWEN3_NEXT)
+            return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                           "%s: %snum_experts: %d: mixture-of-experts layers are not supported "
+                           "yet (dense MLP only; layer %d is MoE): Qwen3-Next MoE is not "
+                           "supported, Qwen3.5 MoE (model_type qwen3_5_moe_text) is",
+                           c->path, c->pfx, ne, i);
         return qc_errf(c->err, QC_ERR_UNSUPPORTED,
-                       "%s: %snum_experts: %d: mixture-of-experts layers are not supported yet "
-                       "(dense MLP only; layer %d is MoE)",
+                       "%s: %snum_experts: %d: mixture-of-experts layers in a dense Qwen3.5 "
+                       "config (layer %d would be MoE; a Qwen3.5 MoE config has model_type "
+                       "qwen3_5_moe_text, or qwen3_5_moe with a text_config)",
                        c->path, c->pfx, ne, i);
     }
     return QC_OK;
 }
 
+/* The Qwen3.5-MoE fields (see the file comment): required, positive, k <= E; the Qwen3-Next
+ * switches that would change the math are refused. */
+static qc_status parse_moe(cfg_ctx *c, qc_config *cfg, const char *type) {
+    qc_status st;
+    char d[96];
+    struct {
+        const char *name;
+        int *dst;
+    } F[] = {{"num_experts", &cfg->n_experts},
+             {"num_experts_per_tok", &cfg->n_experts_per_tok},
+             {"moe_intermediate_size", &cfg->moe_intermediate_size},
+             {"shared_expert_intermediate_size", &cfg->shared_expert_intermediate_size}};
+    for (size_t i = 0; i < sizeof F / sizeof F[0]; i++) {
+        if (!get(c->tc, F[i].name))
+            return qc_errf(c->err, QC_ERR_MISSING,
+                           "%s: %s%s: missing (required by model_type %s)", c->path, c->pfx,
+                           F[i].name, type);
+        if ((st = get_pos_int(c, F[i].name, 1, 0, F[i].dst))) return st;
+    }
+    if (cfg->n_experts_per_tok > cfg->n_experts)
+        return qc_errf(c->err, QC_ERR_FORMAT,
+                       "%s: %snum_experts_per_tok: %d is greater than num_experts %d", c->path,
+                       c->pfx, cfg->n_experts_per_tok, cfg->n_experts);
+    /* bounds that keep every expert tensor's row count (E * 2 * Ie) and index an int */
+    if (cfg->n_experts > 65536 || cfg->moe_intermediate_size > (1 << 24) ||
+        cfg->shared_expert_intermediate_size > (1 << 24))
+        return qc_errf(c->err, QC_ERR_FORMAT,
+                       "%s: %snum_experts: %d experts of width %d / shared width %d is too large "
+                       "(at most 65536 experts, widths at most 2^24)",
+                       c->path, c->pfx, cfg->n_experts, cfg->moe_intermediate_size,
+                       cfg->shared_expert_intermediate_size);
+    const cJSON *norm = get(c->tc, "norm_topk_prob");
+    if (norm && !cJSON_IsBool(norm))
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %snorm_topk_prob: expected true or false, got %s",
+                       c->path, c->pfx, describe(norm, d, sizeof d));
+    if (norm && cJSON_IsFalse(norm))
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %snorm_topk_prob: false is not supported: Qwen3.5-MoE always "
+                       "renormalises the top-k router weights (the field is not part of its "
+                       "config; remove it or set it to true)",
+                       c->path, c->pfx);
+    const cJSON *mlp_only = get(c->tc, "mlp_only_layers");
+    if (mlp_only && !cJSON_IsArray(mlp_only))
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %smlp_only_layers: expected an array, got %s",
+                       c->path, c->pfx, describe(mlp_only, d, sizeof d));
+    if (mlp_only && cJSON_GetArraySize(mlp_only) > 0)
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %smlp_only_layers: %d entries: Qwen3.5-MoE has a mixture-of-experts "
+                       "block in every layer, no dense layers (expected [] or absent)",
+                       c->path, c->pfx, cJSON_GetArraySize(mlp_only));
+    int step = 1;
+    if ((st = get_pos_int(c, "decoder_sparse_step", 0, 1, &step))) return st;
+    if (step != 1)
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %sdecoder_sparse_step: %d: Qwen3.5-MoE has a mixture-of-experts "
+                       "block in every layer (expected 1 or absent)",
+                       c->path, c->pfx, step);
+    cfg->intermediate_size = 0; /* not a field of this family (a dense MLP width) */
+    return QC_OK;
+}
+
 /* ==== Field groups ==== */
 
-static qc_status parse_dims(cfg_ctx *c, qc_config *cfg) {
+static qc_status parse_dims(cfg_ctx *c, qc_config *cfg, int moe) {
     qc_status st;
 #define REQ(field, name)                                                  \
     if ((st = get_pos_int(c, name, 1, 0, &cfg->field)) != QC_OK) return st;
     REQ(vocab_size, "vocab_size");
     REQ(hidden_size, "hidden_size");
-    REQ(intermediate_size, "intermediate_size");
+    if (!moe) REQ(intermediate_size, "intermediate_size"); /* MoE: parse_moe */
     REQ(n_layers, "num_hidden_layers");
     REQ(n_heads, "num_attention_heads");
     REQ(n_kv_heads, "num_key_value_heads");
@@ -479,11 +583,17 @@ qc_status qc_config_parse(const char *json, size_t len, const char *path, qc_con
         cfg->nested = 1;
     }
     if ((st = check_family(&c, &fam)) != QC_OK) goto done;
-    if ((st = parse_dims(&c, cfg)) != QC_OK) goto done;
+    if ((st = parse_dims(&c, cfg, fam == FAM_QWEN35_MOE)) != QC_OK) goto done;
     if ((st = check_unsupported(&c)) != QC_OK) goto done;
     if ((st = parse_rope(&c, cfg)) != QC_OK) goto done;
     if ((st = parse_layers(&c, cfg)) != QC_OK) goto done; /* bounds n_layers */
-    if ((st = check_moe(&c, cfg, fam)) != QC_OK) goto done;
+    if (fam == FAM_QWEN35_MOE) {
+        const cJSON *mt = get(root, "model_type");
+        st = parse_moe(&c, cfg, cJSON_IsString(mt) ? mt->valuestring : "qwen3_5_moe_text");
+    } else {
+        st = check_moe(&c, cfg, fam);
+    }
+    if (st != QC_OK) goto done;
     if ((st = parse_tie(&c, cfg)) != QC_OK) goto done;
     if ((st = check_consistency(&c, cfg)) != QC_OK) goto done;
 done:
@@ -518,11 +628,17 @@ qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err) {
     static const struct {
         const char *name;
         int H, I, L, nh, nkv, nv, tie;
+        int E, topk, Ie, Is; /* MoE (0: dense); I is 0 for MoE */
     } P[] = {
-        {"0.8b", 1024, 3584, 24, 8, 2, 16, 1},
-        {"2b", 2048, 6144, 24, 8, 2, 16, 1},
-        {"4b", 2560, 9216, 32, 16, 4, 32, 1},
-        {"9b", 4096, 12288, 32, 16, 4, 32, 0},
+        {"0.8b", 1024, 3584, 24, 8, 2, 16, 1, 0, 0, 0, 0},
+        {"2b", 2048, 6144, 24, 8, 2, 16, 1, 0, 0, 0, 0},
+        {"4b", 2560, 9216, 32, 16, 4, 32, 1, 0, 0, 0, 0},
+        {"9b", 4096, 12288, 32, 16, 4, 32, 0, 0, 0, 0, 0},
+        /* Qwen3.5 MoE text configs (hub config.json text_config values; 122B's 32 query heads
+         * are consistent with its published total parameter count) */
+        {"35b-a3b", 2048, 0, 40, 16, 2, 32, 0, 256, 8, 512, 512},
+        {"122b-a10b", 3072, 0, 48, 32, 2, 64, 0, 256, 8, 1024, 1024},
+        {"397b-a17b", 4096, 0, 60, 32, 2, 64, 0, 512, 10, 1024, 1024},
     };
     QC_ASSERT(cfg);
     for (size_t k = 0; name && k < sizeof P / sizeof P[0]; k++) {
@@ -545,13 +661,19 @@ qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err) {
         cfg->partial_rotary_factor = 0.25;
         cfg->rotary_dim = 64;
         cfg->tie_word_embeddings = P[k].tie;
+        cfg->n_experts = P[k].E;
+        cfg->n_experts_per_tok = P[k].topk;
+        cfg->moe_intermediate_size = P[k].Ie;
+        cfg->shared_expert_intermediate_size = P[k].Is;
         cfg->max_position_embeddings = 262144;
         cfg->nested = 1; /* the real checkpoints nest the text config */
         for (int i = 0; i < cfg->n_layers; i++)
             cfg->layer_types[i] = ((i + 1) % 4 == 0) ? QC_LAYER_FULL : QC_LAYER_LINEAR;
         return QC_OK;
     }
-    return qc_errf(err, QC_ERR_ARG, "unknown model preset \"%s\" (0.8b, 2b, 4b or 9b)",
+    return qc_errf(err, QC_ERR_ARG,
+                   "unknown model preset \"%s\" (0.8b, 2b, 4b, 9b, 35b-a3b, 122b-a10b or "
+                   "397b-a17b)",
                    name ? name : "(null)");
 }
 
@@ -563,10 +685,18 @@ qc_status qc_config_to_json(const qc_config *c, char **json, qc_err *err) {
     *json = NULL;
     cJSON *o = cJSON_CreateObject(), *rp = cJSON_CreateObject(), *lt = cJSON_CreateArray();
     if (!o || !rp || !lt) goto oom;
-    cJSON_AddStringToObject(o, "model_type", "qwen3_5_text");
+    cJSON_AddStringToObject(o, "model_type", qc_cfg_is_moe(c) ? "qwen3_5_moe_text" : "qwen3_5_text");
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
-    cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
+    if (qc_cfg_is_moe(c)) {
+        cJSON_AddNumberToObject(o, "num_experts", c->n_experts);
+        cJSON_AddNumberToObject(o, "num_experts_per_tok", c->n_experts_per_tok);
+        cJSON_AddNumberToObject(o, "moe_intermediate_size", c->moe_intermediate_size);
+        cJSON_AddNumberToObject(o, "shared_expert_intermediate_size",
+                                c->shared_expert_intermediate_size);
+    } else {
+        cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
+    }
     cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layers);
     cJSON_AddNumberToObject(o, "num_attention_heads", c->n_heads);
     cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_kv_heads);

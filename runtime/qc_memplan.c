@@ -64,10 +64,14 @@ qc_status qc_memplan_check_config(const qc_config *c, qc_err *err) {
                        QC_MAX_LAYERS);
     const int v[] = {c->vocab_size,    c->hidden_size,   c->intermediate_size, c->n_heads,
                      c->n_kv_heads,    c->head_dim,      c->lin_n_k_heads,     c->lin_n_v_heads,
-                     c->lin_k_dim,     c->lin_v_dim,     c->conv_kernel,       c->rotary_dim};
+                     c->lin_k_dim,     c->lin_v_dim,     c->conv_kernel,       c->rotary_dim,
+                     c->n_experts,     c->n_experts_per_tok, c->moe_intermediate_size,
+                     c->shared_expert_intermediate_size};
     const char *nm[] = {"vocab_size",    "hidden_size",   "intermediate_size", "n_heads",
                         "n_kv_heads",    "head_dim",      "lin_n_k_heads",     "lin_n_v_heads",
-                        "lin_k_dim",     "lin_v_dim",     "conv_kernel",       "rotary_dim"};
+                        "lin_k_dim",     "lin_v_dim",     "conv_kernel",       "rotary_dim",
+                        "n_experts",     "n_experts_per_tok", "moe_intermediate_size",
+                        "shared_expert_intermediate_size"};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         if (v[i] < 0 || v[i] > (1 << 24)) /* keeps every product of two dims below 2^48 */
             return qc_errf(err, QC_ERR_RANGE, "memory plan: %s %d outside [0, 2^24]", nm[i],
@@ -92,19 +96,30 @@ qc_status qc_memplan_check_config(const qc_config *c, qc_err *err) {
 /* ===================================================================================== */
 
 /* Elements of the weight matrices / vectors stored in the weight dtype (wide) and of those
- * always stored as F32 (A_log, gated-norm weight). */
-static void weight_elems(const qc_config *c, acc64 *wide, acc64 *f32) {
+ * always stored as F32 (A_log, gated-norm weight). active: only what one decode token reads —
+ * the [V, H] matrix once (the lm_head; the embedding row is a gather), and of a MoE layer's
+ * routed experts only k of the E. */
+static void weight_elems(const qc_config *c, acc64 *wide, acc64 *f32, int active) {
     const int64_t V = c->vocab_size, H = c->hidden_size, I = c->intermediate_size;
     const int64_t nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
     const int64_t nk = c->lin_n_k_heads, nv = c->lin_n_v_heads, dk = c->lin_k_dim,
                   dv = c->lin_v_dim, K = c->conv_kernel;
     const int64_t C = 2 * nk * dk + nv * dv; /* each factor <= INT_MAX: fits in int64 */
+    const int64_t E = c->n_experts, k = c->n_experts_per_tok, Ie = c->moe_intermediate_size,
+                  Is = c->shared_expert_intermediate_size;
     acc_add(wide, "embed_tokens", V, H, 1, 1);
-    if (!c->tie_word_embeddings) acc_add(wide, "lm_head", V, H, 1, 1);
+    if (!c->tie_word_embeddings && !active) acc_add(wide, "lm_head", V, H, 1, 1);
     acc_add(wide, "norm", H, 1, 1, 1);
     for (int l = 0; l < c->n_layers; l++) {
         acc_add(wide, "input_layernorm", 2, H, 1, 1); /* + post_attention_layernorm */
-        acc_add(wide, "mlp", 3, I, H, 1);
+        if (qc_cfg_is_moe(c)) {
+            acc_add(wide, "mlp.gate (router)", E, H, 1, 1);
+            acc_add(wide, "mlp.experts", active ? k : E, 3, Ie, H); /* gate_up + down */
+            acc_add(wide, "mlp.shared_expert", 3, Is, H, 1);
+            acc_add(wide, "mlp.shared_expert_gate", H, 1, 1, 1);
+        } else {
+            acc_add(wide, "mlp", 3, I, H, 1);
+        }
         if (c->layer_types[l] == QC_LAYER_FULL) {
             acc_add(wide, "q_proj", 2, nh, hd, H);
             acc_add(wide, "k_proj", 2, nkv, hd, H); /* + v_proj */
@@ -123,13 +138,13 @@ static void weight_elems(const qc_config *c, acc64 *wide, acc64 *f32) {
     }
 }
 
-qc_status qc_memplan_weight_bytes(const qc_config *cfg, qc_dtype dtype, uint64_t *bytes,
-                                  qc_err *err) {
+static qc_status weight_bytes(const qc_config *cfg, qc_dtype dtype, int active, uint64_t *bytes,
+                              qc_err *err) {
     *bytes = 0;
     qc_status st = qc_memplan_check_config(cfg, err);
     if (st) return st;
     acc64 wide = {0, NULL}, f32 = {0, NULL};
-    weight_elems(cfg, &wide, &f32);
+    weight_elems(cfg, &wide, &f32, active);
     acc_scale(&wide, "weights (bytes)", qc_dtype_size(dtype));
     acc_scale(&f32, "weights (bytes)", 4);
     acc_add_u64(&wide, "weights (total)", f32.sum);
@@ -138,6 +153,16 @@ qc_status qc_memplan_weight_bytes(const qc_config *cfg, qc_dtype dtype, uint64_t
         return qc_errf(err, QC_ERR_RANGE, "memory plan: weights: %s size overflows 64 bits", bad);
     *bytes = wide.sum;
     return QC_OK;
+}
+
+qc_status qc_memplan_weight_bytes(const qc_config *cfg, qc_dtype dtype, uint64_t *bytes,
+                                  qc_err *err) {
+    return weight_bytes(cfg, dtype, 0, bytes, err);
+}
+
+qc_status qc_memplan_active_weight_bytes(const qc_config *cfg, qc_dtype dtype, uint64_t *bytes,
+                                         qc_err *err) {
+    return weight_bytes(cfg, dtype, 1, bytes, err);
 }
 
 /* ===================================================================================== */
@@ -202,8 +227,11 @@ qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err 
                        rq->n_backends, QC_MEMPLAN_MAX_BACKENDS);
 
     /* weights */
-    uint64_t wbytes = rq->weight_bytes;
+    uint64_t wbytes = rq->weight_bytes, wactive = 0;
     if (!wbytes && (st = qc_memplan_weight_bytes(c, rq->weight_dtype, &wbytes, err))) return st;
+    if (qc_cfg_is_moe(c) &&
+        (st = qc_memplan_active_weight_bytes(c, rq->weight_dtype, &wactive, err)))
+        return st;
 
     /* backend(s): what each reported (the planner never re-derives a backend's layout) */
     acc64 be = {0, NULL};
@@ -243,6 +271,7 @@ qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err 
     acc_add_u64(&tot, "total", QC_MEMPLAN_OVERHEAD);
     if (tot.overflow) return qc_errf(err, QC_ERR_RANGE, "memory plan: total overflows 64 bits");
     out->weights = wbytes;
+    out->weights_active = wactive;
     out->backend = be.sum;
     out->state = sa.sum;
     out->runner = ru.sum;
@@ -252,11 +281,15 @@ qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err 
 }
 
 const char *qc_memplan_str(const qc_memplan *p, char *buf, size_t n) {
-    snprintf(buf, n,
-             "weights %.2f GiB + backend %.2f GiB + state %.2f GiB + runner %.2f GiB + overhead "
-             "%.2f GiB = %.2f GiB",
-             qc_memplan_gib(p->weights), qc_memplan_gib(p->backend), qc_memplan_gib(p->state),
-             qc_memplan_gib(p->runner), qc_memplan_gib(p->overhead), qc_memplan_gib(p->total));
+    int w = snprintf(buf, n,
+                     "weights %.2f GiB + backend %.2f GiB + state %.2f GiB + runner %.2f GiB + "
+                     "overhead %.2f GiB = %.2f GiB",
+                     qc_memplan_gib(p->weights), qc_memplan_gib(p->backend),
+                     qc_memplan_gib(p->state), qc_memplan_gib(p->runner),
+                     qc_memplan_gib(p->overhead), qc_memplan_gib(p->total));
+    if (p->weights_active && w >= 0 && (size_t)w < n) /* MoE: what a decode token reads */
+        snprintf(buf + w, n - (size_t)w, " (MoE: %.2f GiB of the weights active per token)",
+                 qc_memplan_gib(p->weights_active));
     return buf;
 }
 

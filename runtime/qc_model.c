@@ -11,6 +11,8 @@
  * Each text tensor's shape is checked against the config (QC_ERR_SHAPE "[got] != [expected]");
  * a missing one is QC_ERR_MISSING naming it. The legacy Qwen3-Next packed in_proj_qkvz /
  * in_proj_ba (docs/qwen35-model.md 3.4, by key head) is split into in_proj_qkv / z / b / a.
+ * Mixture-of-experts layers (router, routed experts fused or per-expert, shared expert) are
+ * classified and taken by qc_model_moe.c; the synthetic generator is qc_model_synth.c.
  */
 #include "qc/qc_model.h"
 
@@ -24,18 +26,14 @@
 #include "qc/qc_file.h"
 #include "qc/qc_safetensors.h"
 #include "qc/qc_sha256.h"
+#include "qc_model_priv.h"
 
-/* ==== Private state ==== */
+/* ==== Private state (qc_model_priv.h) ==== */
 
-typedef struct {
-    qc_st_file *files;   /* [n_files] mapped weight files, ascending file name */
-    int n_files;
-    void **owned;        /* [n_owned] buffers made at load (legacy split) or synthetic arena */
-    int n_owned, cap_owned;
-    int lm_head_given_tied; /* tie_word_embeddings true but lm_head.weight present (it is used) */
-} model_priv;
+typedef qc_model_priv model_priv;
+typedef qc_found found_t;
 
-static qc_status priv_own(model_priv *p, void *buf) {
+qc_status qc_model_priv_own(qc_model_priv *p, void *buf) {
     if (p->n_owned == p->cap_owned) {
         int nc = p->cap_owned ? 2 * p->cap_owned : 16;
         void **no = realloc(p->owned, (size_t)nc * sizeof *no);
@@ -46,6 +44,7 @@ static qc_status priv_own(model_priv *p, void *buf) {
     p->owned[p->n_owned++] = buf;
     return QC_OK;
 }
+#define priv_own qc_model_priv_own
 
 void qc_model_free(qc_model *m) {
     if (!m) return;
@@ -61,7 +60,7 @@ void qc_model_free(qc_model *m) {
     free(m);
 }
 
-static qc_model *model_new(const qc_config *cfg) {
+qc_model *qc_model_new(const qc_config *cfg) {
     qc_model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->cfg = *cfg;
@@ -114,6 +113,8 @@ static const slot_desc SLOTS[] = {
 #undef LW
 #define N_SLOTS ((int)(sizeof SLOTS / sizeof SLOTS[0]))
 enum { SL_QKV = 11, SL_Z = 12, SL_B = 13, SL_A = 14, SL_CONV = 15, SL_QKVZ = 20, SL_BA = 21 };
+/* mlp.gate_proj / up_proj / down_proj: the dense MLP, absent in a MoE model */
+static int is_dense_mlp(int s) { return s >= 2 && s <= 4; }
 
 static qc_tensor *slot_ptr(qc_layer_weights *lw, int s) {
     return (qc_tensor *)((char *)lw + SLOTS[s].off);
@@ -150,7 +151,7 @@ static int slot_shape(const qc_config *c, int s, int64_t sh[4]) {
     return 0;
 }
 
-static void fmt_shape(char *buf, size_t n, const int64_t *sh, int nd) {
+void qc_model_fmt_shape(char *buf, size_t n, const int64_t *sh, int nd) {
     size_t k = 0;
     k += (size_t)snprintf(buf + k, n - k, "[");
     for (int i = 0; i < nd && k < n; i++)
@@ -164,9 +165,12 @@ static void fmt_shape(char *buf, size_t n, const int64_t *sh, int nd) {
  * head counts must be usable). */
 static qc_status check_geometry(const qc_config *c, qc_err *err) {
     if (c->n_layers < 1 || c->n_layers > QC_MAX_LAYERS || c->hidden_size < 1 ||
-        c->intermediate_size < 1 || c->vocab_size < 1)
+        (qc_cfg_is_moe(c) ? c->intermediate_size != 0 : c->intermediate_size < 1) ||
+        c->vocab_size < 1)
         return qc_errf(err, QC_ERR_ARG, "model: config: bad sizes (L %d, H %d, I %d, V %d)",
                        c->n_layers, c->hidden_size, c->intermediate_size, c->vocab_size);
+    qc_status st = qc_moe_check_geometry(c, err); /* MoE sizes (qc_model_moe.c) */
+    if (st) return st;
     int any_full = 0, any_linear = 0;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_types[i] == QC_LAYER_FULL) any_full = 1;
@@ -194,8 +198,8 @@ static qc_status check_geometry(const qc_config *c, qc_err *err) {
 }
 
 /* t present, in a supported dtype, with exactly the expected shape. */
-static qc_status check_view(const qc_tensor *t, const char *name, const int64_t *exp, int nd,
-                            qc_err *err) {
+qc_status qc_model_check_view(const qc_tensor *t, const char *name, const int64_t *exp, int nd,
+                              qc_err *err) {
     if (t->ndim == 0 || !t->data) return qc_errf(err, QC_ERR_MISSING, "model: %s: missing", name);
     if (t->dtype != QC_F32 && t->dtype != QC_BF16 && t->dtype != QC_F16)
         return qc_errf(err, QC_ERR_UNSUPPORTED, "model: %s: unsupported dtype %d", name,
@@ -204,8 +208,8 @@ static qc_status check_view(const qc_tensor *t, const char *name, const int64_t 
     for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == exp[i];
     if (!ok) {
         char g[160], e[160];
-        fmt_shape(g, sizeof g, t->shape, t->ndim > 0 && t->ndim <= 4 ? t->ndim : 0);
-        fmt_shape(e, sizeof e, exp, nd);
+        qc_model_fmt_shape(g, sizeof g, t->shape, t->ndim > 0 && t->ndim <= 4 ? t->ndim : 0);
+        qc_model_fmt_shape(e, sizeof e, exp, nd);
         if (t->ndim < 0 || t->ndim > 4)
             return qc_errf(err, QC_ERR_SHAPE, "model: %s: %d dimensions != %s", name, t->ndim, e);
         return qc_errf(err, QC_ERR_SHAPE, "model: %s: shape %s != %s", name, g, e);
@@ -220,31 +224,29 @@ qc_status qc_model_validate(const qc_model *m, qc_err *err) {
     if (st) return st;
     if (!m->layers) return qc_errf(err, QC_ERR_ARG, "model: no layers");
     int64_t sh[4] = {c->vocab_size, c->hidden_size, 0, 0};
-    if ((st = check_view(&m->embed, "embed_tokens.weight", sh, 2, err)) ||
-        (st = check_view(&m->lm_head, "lm_head.weight", sh, 2, err)))
+    if ((st = qc_model_check_view(&m->embed, "embed_tokens.weight", sh, 2, err)) ||
+        (st = qc_model_check_view(&m->lm_head, "lm_head.weight", sh, 2, err)))
         return st;
     sh[0] = c->hidden_size;
-    if ((st = check_view(&m->final_norm, "norm.weight", sh, 1, err))) return st;
-    for (int li = 0; li < c->n_layers; li++)
+    if ((st = qc_model_check_view(&m->final_norm, "norm.weight", sh, 1, err))) return st;
+    for (int li = 0; li < c->n_layers; li++) {
+        if ((st = qc_moe_validate_layer(m, li, err))) return st; /* MoE tensors, or none */
         for (int s = 0; s < N_SLOTS; s++) {
             if (SLOTS[s].special != S_NORMAL) continue; /* the legacy packed form is split at load */
             if (SLOTS[s].kind != K_EVERY && SLOTS[s].kind != (int)c->layer_types[li]) continue;
+            if (qc_cfg_is_moe(c) && is_dense_mlp(s)) continue; /* checked absent above */
             char name[128];
             snprintf(name, sizeof name, "layers.%d.%s", li, SLOTS[s].suffix);
             const int nd = slot_shape(c, s, sh);
-            if ((st = check_view(slot_ptr((qc_layer_weights *)&m->layers[li], s), name, sh, nd,
+            if ((st = qc_model_check_view(slot_ptr((qc_layer_weights *)&m->layers[li], s), name, sh, nd,
                                  err)))
                 return st;
         }
+    }
     return QC_OK;
 }
 
 /* ==== Loader: found-tensor bookkeeping ==== */
-
-typedef struct {
-    const qc_st_tensor *t; /* the tensor, or NULL */
-    int file;              /* index into priv->files */
-} found_t;
 
 typedef struct {
     const char *dir;       /* model directory (no trailing '/') */
@@ -253,6 +255,7 @@ typedef struct {
     const char *prefix;    /* "model.language_model." or "model." */
     found_t embed, norm, lm_head;
     found_t *lay;          /* [n_layers * N_SLOTS] */
+    qc_moe_found moe;      /* the MoE tensors (qc_model_moe.c) */
     qc_err *err;
 } load_ctx;
 
@@ -269,8 +272,8 @@ static qc_status take_view(load_ctx *L, const found_t *f, const int64_t *exp, in
         ok = conv2d = 1;
     if (!ok) {
         char g[160], e[160];
-        fmt_shape(g, sizeof g, t->shape, t->ndim);
-        fmt_shape(e, sizeof e, exp, exp_nd);
+        qc_model_fmt_shape(g, sizeof g, t->shape, t->ndim);
+        qc_model_fmt_shape(e, sizeof e, exp, exp_nd);
         return qc_errf(L->err, QC_ERR_SHAPE, "%s: %s: shape %s != %s", fpath(L, f->file),
                        t->name, g, e);
     }
@@ -317,17 +320,25 @@ static qc_status classify(load_ctx *L, int file, const qc_st_tensor *t) {
                                "%s: %s: unknown tensor (layer %ld >= num_hidden_layers %d)",
                                fpath(L, file), nm, li, c->n_layers);
             const char *suf = q + nd + 1;
-            int s = -1;
-            for (int k = 0; k < N_SLOTS; k++)
+            qc_status st = qc_moe_classify(&L->moe, c, (int)li, suf, fpath(L, file), t, &slot,
+                                           L->err);
+            if (st) return st;
+            int s = slot ? 0 : -1;
+            for (int k = 0; k < N_SLOTS && !slot; k++)
                 if (!strcmp(suf, SLOTS[k].suffix)) s = k;
+            if (!slot && s >= 0 && qc_cfg_is_moe(c) && is_dense_mlp(s))
+                return qc_errf(L->err, QC_ERR_UNKNOWN,
+                               "%s: %s: unknown tensor (a dense MLP tensor, but config.json "
+                               "describes a mixture-of-experts model with num_experts %d)",
+                               fpath(L, file), nm, c->n_experts);
             if (s < 0)
                 return qc_errf(L->err, QC_ERR_UNKNOWN, "%s: %s: unknown tensor", fpath(L, file), nm);
-            if (SLOTS[s].kind != K_EVERY && SLOTS[s].kind != (int)c->layer_types[li])
+            if (!slot && SLOTS[s].kind != K_EVERY && SLOTS[s].kind != (int)c->layer_types[li])
                 return qc_errf(L->err, QC_ERR_UNKNOWN, "%s: %s: unknown tensor (layer %ld is %s)",
                                fpath(L, file), nm, li,
                                c->layer_types[li] == QC_LAYER_FULL ? "full_attention"
                                                                    : "linear_attention");
-            slot = &L->lay[li * N_SLOTS + s];
+            if (!slot) slot = &L->lay[li * N_SLOTS + s];
         }
     } else if (starts(nm, "model.")) {
         return qc_errf(L->err, QC_ERR_UNKNOWN,
@@ -571,6 +582,7 @@ static qc_status load_impl(load_ctx *L) {
 
     L->lay = calloc((size_t)c->n_layers * N_SLOTS, sizeof *L->lay);
     if (!L->lay) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", L->dir);
+    if ((st = qc_moe_found_init(&L->moe, c, err)) != QC_OK) return st;
     for (int f = 0; f < p->n_files; f++)
         for (int j = 0; j < p->files[f].n_tensors; j++)
             if ((st = classify(L, f, &p->files[f].tensors[j])) != QC_OK) return st;
@@ -602,6 +614,7 @@ static qc_status load_impl(load_ctx *L) {
         int packed = F[SL_QKVZ].t || F[SL_BA].t;
         for (int s = 0; s < N_SLOTS; s++) {
             if (SLOTS[s].kind != K_EVERY && SLOTS[s].kind != kind) continue;
+            if (qc_cfg_is_moe(c) && is_dense_mlp(s)) continue; /* MoE: qc_moe_take below */
             int is_split = (s == SL_QKV || s == SL_Z || s == SL_B || s == SL_A);
             int is_packed = (SLOTS[s].special != S_NORMAL);
             if ((packed && is_split) || (!packed && is_packed)) {
@@ -634,6 +647,8 @@ static qc_status load_impl(load_ctx *L) {
             m->legacy_packed = 1;
         }
     }
+    /* the MoE blocks: router, routed experts (fused or stacked), shared expert */
+    if ((st = qc_moe_take(&L->moe, m, p, L->prefix, missing_file, err)) != QC_OK) return st;
 
     /* provenance: weight files hashed in ascending file-name order (shards are sorted) */
     qc_sha256_ctx hc;
@@ -668,7 +683,7 @@ qc_status qc_model_load(const char *dir, qc_model **out, qc_err *err) {
     free(ctext);
     if (st) return st;
 
-    qc_model *m = model_new(&cfg);
+    qc_model *m = qc_model_new(&cfg);
     if (!m) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", d);
     snprintf(m->dir, sizeof m->dir, "%s", d);
     memcpy(m->config_sha256, chex, sizeof chex);
@@ -681,6 +696,7 @@ qc_status qc_model_load(const char *dir, qc_model **out, qc_err *err) {
     st = load_impl(&L);
     if (st == QC_OK) st = qc_model_validate(m, err); /* the one model check, as every backend */
     free(L.lay);
+    qc_moe_found_free(&L.moe);
     if (st) {
         qc_model_free(m);
         return st;
@@ -703,194 +719,6 @@ size_t qc_model_weight_bytes(const qc_model *m) {
         for (int s = 0; s < N_SLOTS; s++)
             if (SLOTS[s].special == S_NORMAL)
                 n += tensor_bytes(slot_ptr((qc_layer_weights *)&m->layers[li], s));
+    for (int li = 0; li < m->cfg.n_layers; li++) n += qc_moe_layer_bytes(&m->layers[li]);
     return n;
-}
-
-/* ==== Synthetic model ==== */
-
-/* Random numbers: splitmix64 per block of SYN_BLOCK elements, seeded from (seed, tensor id,
- * block), so the result does not depend on the thread count. Normals are approximated by
- * Irwin-Hall sums of four 16-bit uniforms (mean 0, std 1, support +-3.46): cheap and bounded. */
-#define SYN_BLOCK 65536
-
-static inline uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static inline float approx_normal(uint64_t r) {
-    uint32_t s = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
-                 (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
-    return ((float)s - 131070.0f) * (1.0f / 37837.23f);
-}
-
-typedef enum { G_NORMAL = 0, G_ALOG = 1 } gen_kind;
-
-typedef struct {
-    qc_tensor *dst;   /* view to fill (data set once the arena exists) */
-    size_t numel;     /* elements */
-    size_t offset;    /* byte offset in the arena */
-    float mean, std;  /* value = mean + std * normal */
-    gen_kind kind;    /* G_ALOG: log of decays spread over [0.05, 8] */
-    uint64_t id;      /* tensor id for seeding */
-} gen_job;
-
-/* f32 -> bf16 round-to-nearest-even, inlined for the generator (values are finite here). */
-static inline uint16_t bf16_rne_finite(float v) {
-    uint32_t x;
-    memcpy(&x, &v, 4);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-static void gen_block(const gen_job *j, size_t blk, uint64_t seed) {
-    uint64_t s = seed ^ (0xd1b54a32d192ed03ULL * (j->id + 1));
-    uint64_t s2 = splitmix64(&s) ^ (blk * 0x9e3779b97f4a7c15ULL);
-    uint64_t st = splitmix64(&s2);
-    size_t i0 = blk * SYN_BLOCK, i1 = i0 + SYN_BLOCK;
-    if (i1 > j->numel) i1 = j->numel;
-    uint8_t *base = (uint8_t *)j->dst->data;
-    const float mean = j->mean, sd = j->std;
-    if (j->kind == G_ALOG) {
-        /* head i of n: A = exp(lerp(ln 0.05, ln 8, (i + u) / n)), u uniform in [0,1) */
-        for (size_t i = i0; i < i1; i++) {
-            double u = (double)(splitmix64(&st) >> 11) * (1.0 / 9007199254740992.0);
-            double t = ((double)i + u) / (double)j->numel;
-            float v = (float)(log(0.05) + (log(8.0) - log(0.05)) * t);
-            QC_ASSERT(j->dst->dtype == QC_F32);
-            memcpy(base + 4 * i, &v, 4);
-        }
-        return;
-    }
-    switch (j->dst->dtype) {
-    case QC_F32: {
-        float *o = (float *)(void *)base; /* arena offsets are 64-byte aligned */
-        for (size_t i = i0; i < i1; i++) o[i] = mean + sd * approx_normal(splitmix64(&st));
-    } break;
-    case QC_BF16: {
-        uint16_t *o = (uint16_t *)(void *)base;
-        for (size_t i = i0; i < i1; i++) o[i] = bf16_rne_finite(mean + sd * approx_normal(splitmix64(&st)));
-    } break;
-    case QC_F16: {
-        uint16_t *o = (uint16_t *)(void *)base;
-        for (size_t i = i0; i < i1; i++) o[i] = qc_f32_to_f16(mean + sd * approx_normal(splitmix64(&st)));
-    } break;
-    }
-}
-
-static qc_status check_synth_cfg(const qc_config *c, qc_err *err) {
-    if (c->n_layers < 1 || c->n_layers > QC_MAX_LAYERS || c->vocab_size < 1 || c->hidden_size < 1 ||
-        c->intermediate_size < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->head_dim < 1 ||
-        c->lin_n_k_heads < 1 || c->lin_n_v_heads < 1 || c->lin_k_dim < 1 || c->lin_v_dim < 1 ||
-        c->conv_kernel < 1)
-        return qc_errf(err, QC_ERR_ARG, "synthetic model: config has a non-positive size");
-    if (c->lin_n_v_heads % c->lin_n_k_heads || c->n_heads % c->n_kv_heads)
-        return qc_errf(err, QC_ERR_ARG, "synthetic model: head counts are not multiples");
-    return QC_OK;
-}
-
-qc_status qc_model_synthetic(const qc_config *cfg, qc_dtype dtype, uint64_t seed, qc_model **out,
-                             qc_err *err) {
-    QC_ASSERT(cfg && out);
-    *out = NULL;
-    qc_status st = check_synth_cfg(cfg, err);
-    if (st) return st;
-    if (dtype != QC_F32 && dtype != QC_BF16 && dtype != QC_F16)
-        return qc_errf(err, QC_ERR_ARG, "synthetic model: bad dtype %d", (int)dtype);
-    qc_model *m = model_new(cfg);
-    if (!m) return qc_errf(err, QC_ERR_OOM, "synthetic model: out of memory");
-    const qc_config *c = &m->cfg;
-    int njobs_max = 3 + c->n_layers * N_SLOTS;
-    gen_job *jobs = calloc((size_t)njobs_max, sizeof *jobs);
-    if (!jobs) {
-        qc_model_free(m);
-        return qc_errf(err, QC_ERR_OOM, "synthetic model: out of memory");
-    }
-    int nj = 0;
-    size_t total = 0;
-    uint64_t id = 0;
-#define ADD(t, dt, nd_, s0, s1, s2, mean_, std_, kind_)                              \
-    do {                                                                           \
-        qc_tensor *t_ = (t);                                                       \
-        t_->dtype = (dt), t_->ndim = (nd_);                                        \
-        t_->shape[0] = (s0), t_->shape[1] = (s1), t_->shape[2] = (s2);             \
-        gen_job *j_ = &jobs[nj++];                                                 \
-        j_->dst = t_, j_->numel = qc_tensor_numel(t_), j_->offset = total;         \
-        j_->mean = (mean_), j_->std = (std_), j_->kind = (kind_), j_->id = id++;   \
-        total += (j_->numel * qc_dtype_size(dt) + 63) & ~(size_t)63;               \
-    } while (0)
-    int64_t V = c->vocab_size, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
-    int64_t nh = c->n_heads, nkv = c->n_kv_heads, nv = c->lin_n_v_heads, K = c->conv_kernel;
-    int64_t vd = qc_cfg_value_dim(c), C = qc_cfg_conv_dim(c);
-    float sH = (float)(1.0 / sqrt((double)H));
-    ADD(&m->embed, dtype, 2, V, H, 0, 0.0f, sH, G_NORMAL);
-    ADD(&m->final_norm, dtype, 1, H, 0, 0, 0.0f, 0.1f, G_NORMAL);
-    if (!c->tie_word_embeddings) ADD(&m->lm_head, dtype, 2, V, H, 0, 0.0f, sH, G_NORMAL);
-    else id++; /* keep every later tensor's id (hence values) independent of tying */
-    for (int li = 0; li < c->n_layers; li++) {
-        qc_layer_weights *w = &m->layers[li];
-        ADD(&w->input_norm, dtype, 1, H, 0, 0, 0.0f, 0.1f, G_NORMAL);
-        ADD(&w->post_norm, dtype, 1, H, 0, 0, 0.0f, 0.1f, G_NORMAL);
-        ADD(&w->mlp_gate, dtype, 2, I, H, 0, 0.0f, sH, G_NORMAL);
-        ADD(&w->mlp_up, dtype, 2, I, H, 0, 0.0f, sH, G_NORMAL);
-        ADD(&w->mlp_down, dtype, 2, H, I, 0, 0.0f, (float)(1.0 / sqrt((double)I)), G_NORMAL);
-        if (c->layer_types[li] == QC_LAYER_FULL) {
-            ADD(&w->q_proj, dtype, 2, 2 * nh * hd, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->k_proj, dtype, 2, nkv * hd, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->v_proj, dtype, 2, nkv * hd, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->o_proj, dtype, 2, H, nh * hd, 0, 0.0f, (float)(1.0 / sqrt((double)(nh * hd))),
-                G_NORMAL);
-            ADD(&w->q_norm, dtype, 1, hd, 0, 0, 0.0f, 0.1f, G_NORMAL);
-            ADD(&w->k_norm, dtype, 1, hd, 0, 0, 0.0f, 0.1f, G_NORMAL);
-        } else {
-            ADD(&w->in_proj_qkv, dtype, 2, C, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->in_proj_z, dtype, 2, vd, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->in_proj_b, dtype, 2, nv, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->in_proj_a, dtype, 2, nv, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->conv1d, dtype, 3, C, 1, K, 0.0f, (float)(1.0 / sqrt((double)K)), G_NORMAL);
-            ADD(&w->dt_bias, dtype, 1, nv, 0, 0, 0.0f, 0.5f, G_NORMAL);
-            ADD(&w->A_log, QC_F32, 1, nv, 0, 0, 0.0f, 0.0f, G_ALOG);
-            ADD(&w->lin_norm, QC_F32, 1, c->lin_v_dim, 0, 0, 1.0f, 0.1f, G_NORMAL);
-            ADD(&w->out_proj, dtype, 2, H, vd, 0, 0.0f, (float)(1.0 / sqrt((double)vd)), G_NORMAL);
-        }
-    }
-#undef ADD
-    uint8_t *arena = malloc(total ? total : 1);
-    model_priv *p = (model_priv *)m->priv;
-    if (!arena || priv_own(p, arena)) {
-        free(arena);
-        free(jobs);
-        qc_model_free(m);
-        return qc_errf(err, QC_ERR_OOM, "synthetic model: cannot allocate %zu bytes of weights", total);
-    }
-    size_t nblocks = 0;
-    for (int j = 0; j < nj; j++) {
-        jobs[j].dst->data = arena + jobs[j].offset;
-        nblocks += (jobs[j].numel + SYN_BLOCK - 1) / SYN_BLOCK;
-    }
-    /* flatten (job, block) pairs so the big tensors spread over threads */
-    size_t *bj = malloc((nblocks ? nblocks : 1) * 2 * sizeof *bj);
-    if (!bj) {
-        free(jobs);
-        qc_model_free(m);
-        return qc_errf(err, QC_ERR_OOM, "synthetic model: out of memory");
-    }
-    size_t k = 0;
-    for (int j = 0; j < nj; j++)
-        for (size_t b = 0; b * SYN_BLOCK < jobs[j].numel; b++) bj[2 * k] = (size_t)j, bj[2 * k + 1] = b, k++;
-    long nb = (long)nblocks;
-#pragma omp parallel for schedule(dynamic, 8)
-    for (long q = 0; q < nb; q++) gen_block(&jobs[bj[2 * q]], bj[2 * q + 1], seed);
-    free(bj);
-    free(jobs);
-    if (c->tie_word_embeddings) m->lm_head = m->embed;
-    m->n_tensors_loaded = nj;
-    if ((st = qc_model_validate(m, err)) != QC_OK) { /* by construction: never */
-        qc_model_free(m);
-        return st;
-    }
-    *out = m;
-    return QC_OK;
 }

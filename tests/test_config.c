@@ -442,12 +442,13 @@ START_TEST(test_family_rejected) {
     /* another family, by model_type or by architecture: the field, the value, the accepted */
     EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
                "m/config.json: model_type 'llama' is not a Qwen3.5 text model (accepted: "
-               "qwen3_5_text, qwen3_next, or qwen3_5 with a text_config)",
+               "qwen3_5_text, qwen3_5_moe_text, qwen3_next, or qwen3_5 / qwen3_5_moe with a "
+               "text_config)",
                "model_type=\"llama\"");
     EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
                "m/config.json: architectures[0] 'LlamaForCausalLM' is not a Qwen3.5 text model "
                "(accepted: Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, "
-               "Qwen3NextForCausalLM)",
+               "Qwen3NextForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration)",
                "architectures=[\"LlamaForCausalLM\"]");
     EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
                "m/config.json: architectures[1] 'MistralForCausalLM' is not a Qwen3.5",
@@ -477,21 +478,26 @@ START_TEST(test_family_rejected) {
                "m/config.json: model_type 'qwen3_5_text' is a flat text config but text_config "
                "is present",
                "model_type=\"qwen3_5_text\"");
-    /* MoE: not supported yet */
+    /* MoE (accepted in tests/test_moe_config.c): a dense config relabelled MoE lacks the MoE
+     * fields; a dense wrapper with a MoE text config or architecture is a mix of families */
+    EXPECT_ERR(BASE_NESTED, QC_ERR_MISSING,
+               "m/config.json: text_config.num_experts: missing (required by model_type "
+               "qwen3_5_moe)",
+               "model_type=\"qwen3_5_moe\"", "architectures");
     EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
-               "m/config.json: model_type 'qwen3_5_moe' is a Qwen3.5 mixture-of-experts model: "
-               "not supported yet",
+               "m/config.json: architectures[0] 'Qwen3_5ForConditionalGeneration' is a dense "
+               "architecture but model_type 'qwen3_5_moe' is mixture-of-experts",
                "model_type=\"qwen3_5_moe\"");
     EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
-               "m/config.json: text_config.model_type 'qwen3_5_moe_text' is a Qwen3.5 "
-               "mixture-of-experts model: not supported yet",
+               "m/config.json: text_config.model_type 'qwen3_5_moe_text' does not match "
+               "model_type 'qwen3_5'",
                "text_config.model_type=\"qwen3_5_moe_text\"");
     EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
                "m/config.json: architectures[0] 'Qwen3_5MoeForConditionalGeneration' is a "
-               "Qwen3.5 mixture-of-experts model: not supported yet",
+               "Qwen3.5 mixture-of-experts architecture but model_type 'qwen3_5' is dense",
                "architectures=[\"Qwen3_5MoeForConditionalGeneration\"]");
-    EXPECT_ERR(flat, QC_ERR_UNSUPPORTED,
-               "m/config.json: model_type 'qwen3_5_moe_text' is a Qwen3.5 mixture-of-experts",
+    EXPECT_ERR(flat, QC_ERR_MISSING,
+               "m/config.json: num_experts: missing (required by model_type qwen3_5_moe_text)",
                "model_type=\"qwen3_5_moe_text\"");
     /* MoE layers by the fields: a real Qwen3-Next config (512 experts), num_experts absent
      * (HF's default 512), or a sparse layer left by mlp_only_layers / decoder_sparse_step */

@@ -9,11 +9,13 @@ Modules (one concern each):
   config       Qwen3.5 text config from a Hugging Face config.json (nested or flat)
   checkpoint   weights by HF name -> float64 tensors (prefixes, sharding, legacy packed layout)
   model        the forward pass (RMSNorm, gated attention, Gated DeltaNet, MLP) and its state
+  moe          the MoE block of the Qwen3.5 MoE models (router, top-k, experts, shared expert)
   deltarule    the gated delta rule: token recurrence and chunked (chunk 64) form
   init         deterministic realistic initialisation + checkpoint writer
   goldens      case construction (prompt seed search) and the HDF5 golden writer
   fixtures     the committed fixture set (specs + regeneration)
   longdecode   the long-decode fixture: 2048 decode steps with a DeltaNet state trace
+  longctx      the long-context fixture: a 4092-token chunked prefill + 4 decode steps
   hazards      the hazard fixture: extreme but legal DeltaNet gates (decays, softplus inputs)
 """
 

@@ -57,13 +57,16 @@ INT32_MAX = 2 ** 31 - 1
 INT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
               "num_attention_heads", "num_key_value_heads", "linear_num_key_heads",
               "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-              "head_dim", "linear_conv_kernel_dim", "full_attention_interval")
+              "head_dim", "linear_conv_kernel_dim", "full_attention_interval",
+              "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+              "shared_expert_intermediate_size")
 
-# Qwen3.5 dense text models (config.json "model_type" / "architectures"); anything else is
-# another model family (Llama, Qwen3-Next, the Qwen3.5 MoE models, ...) and refused.
-MODEL_TYPES = ("qwen3_5", "qwen3_5_text")
-TEXT_MODEL_TYPES = ("qwen3_5_text",)
-ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
+# Qwen3.5 text models, dense and MoE (config.json "model_type" / "architectures"); anything
+# else is another model family (Llama, Qwen3-Next, ...) and refused.
+MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+TEXT_MODEL_TYPES = ("qwen3_5_text", "qwen3_5_moe_text")
+ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM",
+                 "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM")
 MAX_HEADER_BYTES = 100 * 2 ** 20   # a safetensors JSON header larger than this is malformed
 
 
@@ -373,8 +376,12 @@ def param_count(c):
     """Parameters the model holds (the tied lm_head is the embedding)."""
     H, I, V = c.hidden_size, c.intermediate_size, c.vocab_size
     n = V * H + H + (0 if c.tie_word_embeddings else V * H)
+    mlp = 3 * I * H
+    if c.is_moe:  # router + routed experts + shared expert + its gate
+        mlp = (c.num_experts * H + 3 * c.num_experts * c.moe_intermediate_size * H
+               + 3 * c.shared_expert_intermediate_size * H + H)
     for kind in c.layer_types:
-        n += 2 * H + 3 * I * H
+        n += 2 * H + mlp
         if kind == qconfig.LINEAR:
             nv = c.linear_num_value_heads
             n += (c.conv_dim * H + c.value_dim * H + 2 * nv * H + c.conv_dim *
@@ -411,6 +418,9 @@ def forward_floats(c, T, past, hidden=True):
               + 6 * nv * Tp * max(dk, dv) + 4 * nv * Tp * 64 + 3 * nv * Tp * dv)
     layer = max(full if qconfig.FULL in c.layer_types else 0,
                 linear if qconfig.LINEAR in c.layer_types else 0)
+    if c.is_moe:  # router probabilities, the expert temporaries, moe_in kept per layer
+        I = max(c.moe_intermediate_size, c.shared_expert_intermediate_size)
+        layer += 3 * T * c.num_experts + 2 * T * H + (L * T * H if hidden else 0)
     return (2 * (L + 1) * T * H if hidden else 0) + 6 * T * H + 3 * T * I + layer + 2 * T * V
 
 
@@ -430,6 +440,8 @@ def estimate(c, cases):
         # one case's arrays: logits, decode logits, hidden, state after prefill and decode
         r = (T + S) * c.vocab_size + (c.num_hidden_layers + 1) * T * c.hidden_size + \
             state_floats(c, past + T) + state_floats(c, past + T + S)
+        if c.is_moe:  # moe_in and the router record of every position
+            r += c.num_hidden_layers * (T + S) * (c.hidden_size + 2 * c.num_experts_per_tok + 1)
         results += r
         biggest = max(biggest, r)
     results += biggest  # the prompt search keeps the previous try until the next one is done
@@ -647,6 +659,9 @@ def cmd_generate(a):
         if r["margins"].size and r["margins"].min() < goldens.MIN_MARGIN:
             sys.stderr.write("%s: warning: a greedy choice has margin %.3g < %g (near-tie)\n"
                              % (PROG, r["margins"].min(), goldens.MIN_MARGIN))
+        if goldens.router_margin_min(r) < goldens.ROUTER_MARGIN_THRESHOLD:
+            sys.stderr.write("%s: warning: a router decision has margin %.3g < %g (near-tie)\n"
+                             % (PROG, goldens.router_margin_min(r), goldens.ROUTER_MARGIN_THRESHOLD))
         done = [(specs[0], r)]
     else:
         done = []
@@ -754,6 +769,9 @@ def main(argv):
     argv = list(argv)
     if argv[:1] == ["regen"]:  # its own argument rules (qcgolden/regen.py)
         return cmd_regen(argv[1:])
+    if argv[:1] in (["simulate"], ["measure-tiers"]):  # qcgolden/precision_cli.py
+        from . import precision_cli
+        return precision_cli.main(argv)
     a = build_parser().parse_args(argv)
     if a.cmd == "write-model":
         return cmd_write_model(a)

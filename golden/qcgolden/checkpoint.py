@@ -37,9 +37,12 @@ def expected_shapes(cfg):
         p = "layers.%d." % i
         s[p + "input_layernorm.weight"] = (H,)
         s[p + "post_attention_layernorm.weight"] = (H,)
-        s[p + "mlp.gate_proj.weight"] = (I, H)
-        s[p + "mlp.up_proj.weight"] = (I, H)
-        s[p + "mlp.down_proj.weight"] = (H, I)
+        if cfg.is_moe:
+            s.update(moe_shapes(cfg, p + "mlp."))
+        else:
+            s[p + "mlp.gate_proj.weight"] = (I, H)
+            s[p + "mlp.up_proj.weight"] = (I, H)
+            s[p + "mlp.down_proj.weight"] = (H, I)
         if kind == qconfig.LINEAR:
             a = p + "linear_attn."
             nv, dv = cfg.linear_num_value_heads, cfg.linear_value_head_dim
@@ -62,6 +65,66 @@ def expected_shapes(cfg):
             s[a + "q_norm.weight"] = (hd,)
             s[a + "k_norm.weight"] = (hd,)
     return s
+
+
+def moe_shapes(cfg, p):
+    """{canonical name: shape} of one layer's MoE block (prefix p = "layers.N.mlp."), the hub
+    layout: fused experts without a .weight suffix."""
+    H, E = cfg.hidden_size, cfg.num_experts
+    Ie, Is = cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
+    return {p + "gate.weight": (E, H),
+            p + "experts.gate_up_proj": (E, 2 * Ie, H),     # rows [gate (Ie) | up (Ie)]
+            p + "experts.down_proj": (E, H, Ie),
+            p + "shared_expert.gate_proj.weight": (Is, H),
+            p + "shared_expert.up_proj.weight": (Is, H),
+            p + "shared_expert.down_proj.weight": (H, Is),
+            p + "shared_expert_gate.weight": (1, H)}
+
+
+PER_EXPERT = ("gate_proj.weight", "up_proj.weight", "down_proj.weight")
+
+
+def per_expert_name(p, e, which):
+    """layers.N.mlp.experts.{e}.{gate,up,down}_proj.weight (the older per-expert layout)."""
+    return "%sexperts.%d.%s" % (p, e, which)
+
+
+def fuse_experts(raw, where, cfg, model_dir):
+    """The per-expert layout (experts.{e}.{gate,up,down}_proj.weight) -> the fused hub tensors
+    experts.gate_up_proj [E, 2Ie, H] (gate rows then up rows) and experts.down_proj [E, H, Ie],
+    in place; both layouts in one layer, a missing expert or an expert id >= E is an error."""
+    E, H, Ie = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+    for i in range(cfg.num_hidden_layers):
+        p = "layers.%d.mlp." % i
+        mine = sorted(c for c in raw if c.startswith(p + "experts.") and
+                      c[len(p + "experts."):].split(".")[0].isdigit())
+        if not mine:
+            continue
+        for fused in (p + "experts.gate_up_proj", p + "experts.down_proj"):
+            if fused in raw:
+                raise CheckpointError("%s: %s: the per-expert layout (%s) and the fused layout "
+                                      "in one layer" % (where[mine[0]], fused, mine[0]))
+        for c in mine:
+            e, _, which = c[len(p + "experts."):].partition(".")
+            if int(e) >= E or e != str(int(e)) or which not in PER_EXPERT:
+                raise CheckpointError("%s: %s: unknown tensor (num_experts is %d)"
+                                      % (where[c], c, E))
+        gate, up, down = [], [], []
+        for e in range(E):
+            for which, lst, shape in ((PER_EXPERT[0], gate, (Ie, H)), (PER_EXPERT[1], up, (Ie, H)),
+                                      (PER_EXPERT[2], down, (H, Ie))):
+                n = per_expert_name(p, e, which)
+                if n not in raw:
+                    raise CheckpointError("%s: missing tensor %s (per-expert layout, %d experts)"
+                                          % (model_dir, n, E))
+                if tuple(raw[n].shape) != shape:
+                    raise CheckpointError("%s: %s: shape %s != %s"
+                                          % (where[n], n, list(raw[n].shape), list(shape)))
+                lst.append(raw.pop(n))
+                src = where.pop(n)
+        raw[p + "experts.gate_up_proj"] = np.concatenate([np.stack(gate), np.stack(up)], axis=1)
+        raw[p + "experts.down_proj"] = np.stack(down)
+        where[p + "experts.gate_up_proj"] = where[p + "experts.down_proj"] = src
 
 
 # ------------------------------------------------------------------------------------------------
@@ -181,6 +244,9 @@ def load(model_dir, cfg=None):
                 raise CheckpointError("%s: %s: shape %s != %s" % (where[c], c, list(raw[c].shape), list(want)))
             raw[p + "in_proj_b.weight"], raw[p + "in_proj_a.weight"] = split_ba(raw.pop(c), cfg)
             where[p + "in_proj_b.weight"] = where[p + "in_proj_a.weight"] = where[c]
+
+    if cfg.is_moe:
+        fuse_experts(raw, where, cfg, model_dir)
 
     if cfg.tie_word_embeddings:
         raw.pop("lm_head.weight", None)  # tied: lm_head is the embedding (HF ties and ignores it)

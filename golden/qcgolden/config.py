@@ -38,6 +38,15 @@ class TextConfig:
     tie_word_embeddings: bool
     layer_types: List[str] = field(default_factory=list)
     nested: bool = False            # read from a `text_config` object
+    # MoE (model_type qwen3_5_moe / qwen3_5_moe_text; all 0 for a dense model, golden/qcgolden/moe.py)
+    num_experts: int = 0                     # E routed experts per layer
+    num_experts_per_tok: int = 0             # k experts chosen per token (1 <= k <= E)
+    moe_intermediate_size: int = 0           # Ie: SwiGLU width of one routed expert
+    shared_expert_intermediate_size: int = 0  # Is: SwiGLU width of the shared expert
+
+    @property
+    def is_moe(self):
+        return self.num_experts > 0
 
     # derived sizes ------------------------------------------------------------------------------
     @property
@@ -93,6 +102,37 @@ def _opt_bool(d, name, default, where):
     return v
 
 
+MOE_MODEL_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
+MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+              "shared_expert_intermediate_size")
+
+
+def is_moe_config(cfg):
+    """A Qwen3.5 MoE config: model_type qwen3_5_moe / qwen3_5_moe_text (top level or in
+    text_config), or, when no model_type is given, a num_experts field."""
+    tc = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+    types = [t for t in (cfg.get("model_type"), tc.get("model_type")) if t is not None]
+    if types:
+        return any(t in MOE_MODEL_TYPES for t in types)
+    return "num_experts" in tc
+
+
+def _moe_ints(tc, w):
+    """The four MoE sizes of a MoE text config (each a positive integer, k <= E)."""
+    m = {n: _req_int(tc, n, w) for n in MOE_FIELDS}
+    if m["num_experts_per_tok"] > m["num_experts"]:
+        raise ConfigError("%s: field num_experts_per_tok = %d is more than num_experts = %d"
+                          % (w, m["num_experts_per_tok"], m["num_experts"]))
+    if tc.get("norm_topk_prob", True) is not True:
+        raise ConfigError("%s: field norm_topk_prob = %.40r: Qwen3.5-MoE always renormalises "
+                          "the top-k weights" % (w, tc["norm_topk_prob"]))
+    mlp_only = tc.get("mlp_only_layers", [])
+    if mlp_only not in ([], None):
+        raise ConfigError("%s: field mlp_only_layers = %.40r: Qwen3.5-MoE has no dense layers"
+                          % (w, mlp_only))
+    return m
+
+
 def parse(cfg, where="config.json"):
     """TextConfig from the parsed config.json object."""
     if not isinstance(cfg, dict):
@@ -101,10 +141,14 @@ def parse(cfg, where="config.json"):
     tc = cfg["text_config"] if nested else cfg
     w = where + (": text_config" if nested else "")
 
-    ints = {n: _req_int(tc, n, w) for n in (
-        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-        "num_attention_heads", "num_key_value_heads", "linear_num_key_heads",
-        "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")}
+    moe = is_moe_config(cfg)
+    # a MoE model has no dense MLP: intermediate_size is optional there (0 when absent)
+    ints = {n: (_req_int(tc, n, w) if n in tc or not moe or n != "intermediate_size" else 0)
+            for n in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                      "num_attention_heads", "num_key_value_heads", "linear_num_key_heads",
+                      "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")}
+    if moe:
+        ints.update(_moe_ints(tc, w))
     ints["head_dim"] = _req_int(tc, "head_dim", w) if "head_dim" in tc else 256  # HF default
     ints["linear_conv_kernel_dim"] = (_req_int(tc, "linear_conv_kernel_dim", w)
                                       if "linear_conv_kernel_dim" in tc else 4)

@@ -9,6 +9,7 @@ import os
 from . import goldens
 from . import hazards
 from . import init
+from . import longctx
 from . import longdecode
 from .init import ModelSpec
 
@@ -81,10 +82,50 @@ FIXTURES = [
         "(full attention at layers 1 and 3)."),
 ]
 
+MOE = [
+    ModelSpec(
+        name="tiny-moe-f32-nested", seed=801,
+        vocab_size=256, hidden_size=32, intermediate_size=0, layer_types=[L, L, L, F],
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=2,
+        linear_key_head_dim=16, linear_value_head_dim=16,
+        partial_rotary_factor=0.25, rope_theta=1e7, tie_word_embeddings=False, dtype="F32",
+        nested=True, extras=True,
+        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+        shared_expert_intermediate_size=24, expert_layout="fused",
+        description="Qwen3.5-MoE as the hub stores it: config `model_type` `qwen3_5_moe` with "
+        "`text_config` `qwen3_5_moe_text` (names `model.language_model.*`, ignorable "
+        "`model.visual.*` / `mtp.*` tensors), every layer's MLP a MoE block of 8 routed experts "
+        "(k = 2, `moe_intermediate_size` 16) plus a shared expert (width 24) with its sigmoid "
+        "gate; the routed experts fused as 3-D `mlp.experts.gate_up_proj` [8, 32, 32] (rows "
+        "[gate | up]) and `mlp.experts.down_proj` [8, 32, 16] without a `.weight` suffix, router "
+        "`mlp.gate.weight` [8, 32], `mlp.shared_expert_gate.weight` [1, 32]. F32, untied, "
+        "n_v = n_k = 2 (d_k = d_v = 16), 4 layers with layer 3 full attention (4 query heads, "
+        "2 KV heads). The golden adds the router record and `moe_in` per case."),
+    ModelSpec(
+        name="tiny-moe-bf16-flat", seed=802,
+        vocab_size=256, hidden_size=32, intermediate_size=0, layer_types=[L, L, L, F],
+        num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=8,
+        partial_rotary_factor=0.25, rope_theta=1e7, tie_word_embeddings=True, dtype="BF16",
+        nested=False, shards=2,
+        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+        shared_expert_intermediate_size=24, expert_layout="per_expert",
+        description="Qwen3.5-MoE in the older per-expert layout that transformers still "
+        "accepts: `mlp.experts.{e}.gate_proj.weight` / `up_proj.weight` [16, 32] and "
+        "`down_proj.weight` [32, 16] for e = 0..7 (a loader stacks them into the fused "
+        "tensors), flat `qwen3_5_moe_text` config (`Qwen3_5MoeForCausalLM`, names `model.*`), "
+        "BF16 (router and shared-expert gate too; `linear_attn.A_log` / `norm.weight` F32), "
+        "sharded into 2 files with `model.safetensors.index.json`, tied lm_head; k = 2 of 8 "
+        "experts, shared expert width 24; n_v = 2 n_k (4 value heads on 2 key heads, d_k = 16, "
+        "d_v = 8), 4 query heads on 1 KV head."),
+]
+
 
 # Fixtures with their own cases and builder (module with SPEC, build(root), cases or CASE):
 # not in FIXTURES (whose cases are the standard ones, every margin >= 0.05).
-SPECIAL = [longdecode, hazards]
+SPECIAL = [longdecode, hazards, longctx]
 
 
 def all_names():

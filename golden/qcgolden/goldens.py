@@ -21,6 +21,13 @@ from . import GENERATOR
 SCHEMA_VERSION = 1
 MIN_MARGIN = 0.05
 MAX_TRIES = 200
+# MoE goldens: every router decision (prefill, decode and history, every layer) has
+# p_k - p_{k+1} at least this (root attribute router_margin_threshold; golden/SCHEMA.md "MoE").
+# 1e-3 is not reachable with random prompts: about 1.1% of a tiny router's decisions fall below
+# it and a 130-token case makes 520+ of them; 0.34% fall below 3e-4, which the search meets in
+# at most ~40 tries per case. The float32 golden model's router margins differ from these by
+# at most 1.4e-5 on the MoE fixtures (130-token prompts), 20x inside the threshold.
+ROUTER_MARGIN_THRESHOLD = 3e-4
 
 
 @dataclass
@@ -64,18 +71,23 @@ def top2_margin(row):
 
 def prefill_and_decode(model, state, tokens, n_decode, collect_hidden=True):
     """Prefill `tokens` into state, then n_decode greedy steps. Everything float64 numpy."""
-    logits, hidden = model.forward(tokens, state, collect_hidden=collect_hidden)
+    moe = {} if model.cfg.is_moe else None       # MoE: the router record and moe_in (moe.py)
+    logits, hidden = model.forward(tokens, state, collect_hidden=collect_hidden, moe_trace=moe)
     r = {"logits": logits.numpy(), "hidden": None if hidden is None else hidden.numpy(),
          "state": state.arrays()}
-    toks, rows, margins = [], [], []
+    toks, rows, margins, steps = [], [], [], []
     last = r["logits"][-1]
     for _ in range(n_decode):
         t, m = top2_margin(last)
         toks.append(t)
         margins.append(m)
-        lg, _ = model.forward([t], state)
+        steps.append({} if moe is not None else None)
+        lg, _ = model.forward([t], state, moe_trace=steps[-1])
         last = lg.numpy()[0]
         rows.append(last)
+    if moe is not None:
+        r["moe"] = {"prefill": moe, "decode": {k: np.concatenate(
+            [st[k] for st in steps], axis=1) if steps else moe[k][:, :0] for k in moe}}
     r["decode_tokens"] = np.array(toks, dtype=np.int64)
     # (V explicit: reshape(0, -1) is ambiguous and raises for n_decode = 0)
     r["decode_logits"] = np.array(rows, dtype=np.float64).reshape(n_decode, r["logits"].shape[-1])
@@ -94,6 +106,9 @@ def run_case(model, case, tokens, history_prompt=None):
         out["history_tokens"] = np.concatenate([np.asarray(history_prompt, dtype=np.int64),
                                                 h["decode_tokens"]])
         out["history_margins"] = h["margins"]
+        if "moe" in h:
+            out["history_router_margins"] = np.concatenate(
+                [h["moe"][ph]["router_margins"].ravel() for ph in ("prefill", "decode")])
     start = state.pos
     out.update(prefill_and_decode(model, state, tokens, case.n_decode))
     out["tokens"] = np.asarray(tokens, dtype=np.int64)
@@ -110,11 +125,23 @@ def choose_case(model, case, seed, case_index):
         tokens = rs.randint(0, V, size=case.n_tokens)
         r = run_case(model, case, tokens, hist)
         margins = np.concatenate([r["history_margins"], r["margins"]])
-        if margins.size == 0 or margins.min() >= MIN_MARGIN:
+        if (margins.size == 0 or margins.min() >= MIN_MARGIN) and \
+                router_margin_min(r) >= ROUTER_MARGIN_THRESHOLD:
             r["prompt_seed"] = [seed, case_index, attempt]
             return r
-    raise RuntimeError("%s: no prompt with all margins >= %g in %d tries"
-                       % (case.name, MIN_MARGIN, MAX_TRIES))
+    raise RuntimeError("%s: no prompt with all margins >= %g%s in %d tries"
+                       % (case.name, MIN_MARGIN, " and router margins >= %g"
+                          % ROUTER_MARGIN_THRESHOLD if model.cfg.is_moe else "", MAX_TRIES))
+
+
+def router_margin_min(r):
+    """The smallest router margin of a case (history, prefill, decode); inf for a dense model."""
+    if "moe" not in r:
+        return float("inf")
+    m = [r["moe"][ph]["router_margins"].ravel() for ph in ("prefill", "decode")]
+    m.append(r.get("history_router_margins", np.zeros(0)))
+    m = np.concatenate(m)
+    return float(m.min()) if m.size else float("inf")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -178,6 +205,14 @@ def _write_state(f, group, state):
             _ds(f, "%s/%s/%s" % (group, layer, name), arr, np.float32)
 
 
+def _write_moe(f, g, moe):
+    """<g>/router/{topk_ids, topk_weights, margins} and <g>/moe_in (golden/SCHEMA.md "MoE")."""
+    _ds(f, g + "/router/topk_ids", moe["topk_ids"], np.int32)
+    _ds(f, g + "/router/topk_weights", moe["topk_weights"], np.float32)
+    _ds(f, g + "/router/margins", moe["router_margins"], np.float32)
+    _ds(f, g + "/moe_in", moe["moe_in"], np.float32)
+
+
 def write_golden(path, model_dir, cases, seed):
     """Write a schema-v1 golden for the model in model_dir. cases: [(CaseSpec, run_case dict)].
     model_path is stored relative to the directory of `path`. Temp file + rename."""
@@ -195,6 +230,8 @@ def write_golden(path, model_dir, cases, seed):
         f.attrs["config_sha256"] = hashlib.sha256(config_bytes).hexdigest()
         f.attrs["weights_sha256"] = weights_sha256(model_dir)
         f.attrs["config_json"] = config_bytes.decode("utf-8")
+        if any("moe" in r for _, r in cases):
+            f.attrs["router_margin_threshold"] = np.float64(ROUTER_MARGIN_THRESHOLD)
         for spec, r in cases:
             g = "cases/" + spec.name
             grp = _group(f, g)
@@ -212,11 +249,15 @@ def write_golden(path, model_dir, cases, seed):
             _ds(f, g + "/prefill/logits", r["logits"], np.float32)
             _ds(f, g + "/prefill/hidden", r["hidden"], np.float32)
             _write_state(f, g + "/prefill/state", r["state"])
+            if "moe" in r:
+                _write_moe(f, g + "/prefill", r["moe"]["prefill"])
             if spec.n_decode > 0:
                 _ds(f, g + "/decode/tokens", r["decode_tokens"], np.int32)
                 _ds(f, g + "/decode/logits", r["decode_logits"], np.float32)
                 _ds(f, g + "/decode/margins", r["margins"], np.float32)
                 _write_state(f, g + "/decode/state", r["decode_state"])
+                if "moe" in r:
+                    _write_moe(f, g + "/decode", r["moe"]["decode"])
     os.replace(tmp, path)
 
 

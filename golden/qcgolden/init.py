@@ -34,6 +34,10 @@ from . import safetensors
 
 TORCH_DTYPE_NAME = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 KEEP_F32 = ("linear_attn.A_log", "linear_attn.norm.weight")  # F32 in real BF16 checkpoints
+# MoE router N(0, ROUTER_SCALE / sqrt(H)): router logits with a standard deviation of about
+# 1.5 (x is RMS-normalised), so the probabilities over the experts are well spread (no expert
+# dominates, the k-th and (k+1)-th are rarely within 1e-3 of each other)
+ROUTER_SCALE = 1.5
 
 
 @dataclass
@@ -63,6 +67,12 @@ class ModelSpec:
     legacy_packed: bool = False        # in_proj_qkvz / in_proj_ba (Qwen3-Next layout)
     shards: int = 1                    # > 1: model-0000i-of-0000n.safetensors + index
     extras: bool = False               # ignorable model.visual.* and mtp.* tensors
+    # MoE (num_experts > 0: model_type qwen3_5_moe / qwen3_5_moe_text, no dense MLP)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    expert_layout: str = "fused"       # fused (hub: experts.gate_up_proj) | per_expert (experts.{e}.*)
     description: str = ""
 
     @property
@@ -134,14 +144,18 @@ def config_json(s):
         tc["partial_rotary_factor"] = s.partial_rotary_factor
         tc["rope_scaling"] = None
         tc["rope_theta"] = s.rope_theta
+    moe = s.num_experts > 0
+    if moe:
+        _moe_fields(s, tc)
     if not s.nested:
-        tc["architectures"] = ["Qwen3_5ForCausalLM"]
+        tc["architectures"] = ["Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM"]
         tc["transformers_version"] = "4.57.0.dev0"
         return tc
     return {
-        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "architectures": ["Qwen3_5MoeForConditionalGeneration" if moe
+                          else "Qwen3_5ForConditionalGeneration"],
         "image_token_id": V - 4,
-        "model_type": "qwen3_5",
+        "model_type": "qwen3_5_moe" if moe else "qwen3_5",
         "text_config": tc,
         "tie_word_embeddings": s.tie_word_embeddings,
         "transformers_version": "4.57.0.dev0",
@@ -149,12 +163,22 @@ def config_json(s):
         "vision_config": {"deepstack_visual_indexes": [], "depth": 1,
                           "hidden_act": "gelu_pytorch_tanh", "hidden_size": 32, "in_channels": 3,
                           "initializer_range": 0.02, "intermediate_size": 64,
-                          "model_type": "qwen3_5", "num_heads": 2,
+                          "model_type": "qwen3_5_moe" if moe else "qwen3_5", "num_heads": 2,
                           "num_position_embeddings": 64, "out_hidden_size": s.hidden_size,
                           "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2},
         "vision_end_token_id": V - 5,
         "vision_start_token_id": V - 6,
     }
+
+
+def _moe_fields(s, tc):
+    """A Qwen3_5MoeTextConfig's fields in place of the dense ones (no intermediate_size)."""
+    del tc["intermediate_size"]
+    tc.update({"model_type": "qwen3_5_moe_text", "num_experts": s.num_experts,
+               "num_experts_per_tok": s.num_experts_per_tok,
+               "moe_intermediate_size": s.moe_intermediate_size,
+               "shared_expert_intermediate_size": s.shared_expert_intermediate_size,
+               "output_router_logits": False, "router_aux_loss_coef": 0.001})
 
 
 def config_text(s):
@@ -190,6 +214,10 @@ def init_tensor(s, name, shape):
         return rs.normal(0.0, 0.5 / np.sqrt(H), shape)
     if name.endswith("dt_bias"):
         return rs.uniform(-4.0, 1.0, shape)
+    if name.endswith("mlp.gate.weight"):  # the MoE router, see ROUTER_SCALE
+        return rs.normal(0.0, ROUTER_SCALE / np.sqrt(H), shape)
+    if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+        return rs.normal(0.0, 1.0 / np.sqrt(shape[2]), shape)   # [E, out, in]
     if name.endswith("A_log"):
         # per-step decay exp(-lambda) spread log-uniformly from fast to slow over the heads
         nv = shape[0]
@@ -199,6 +227,19 @@ def init_tensor(s, name, shape):
     if len(shape) == 2:  # projections [out, in]
         return rs.normal(0.0, 1.0 / np.sqrt(shape[1]), shape)
     raise AssertionError("no initialiser for %s" % name)
+
+
+def per_expert(canon, s):
+    """The fused expert tensors of every layer -> the per-expert layout (same numbers)."""
+    Ie = s.moe_intermediate_size
+    for n in [n for n in canon if n.endswith("mlp.experts.gate_up_proj")]:
+        p = n[:-len("gate_up_proj")]
+        gu, dn = canon.pop(n), canon.pop(p + "down_proj")
+        for e in range(s.num_experts):
+            canon["%s%d.gate_proj.weight" % (p, e)] = gu[e, :Ie]
+            canon["%s%d.up_proj.weight" % (p, e)] = gu[e, Ie:]
+            canon["%s%d.down_proj.weight" % (p, e)] = dn[e]
+    return canon
 
 
 def storage_dtype(s, name):
@@ -235,6 +276,8 @@ def make_weights(s):
                 canon.pop(n), canon.pop(p + "in_proj_z.weight"), cfg)
             canon[p + "in_proj_ba.weight"] = checkpoint.pack_ba(
                 canon.pop(p + "in_proj_b.weight"), canon.pop(p + "in_proj_a.weight"), cfg)
+    if s.num_experts and s.expert_layout == "per_expert":
+        canon = per_expert(canon, s)
     prefix = "model.language_model." if s.nested else "model."
     out = [("lm_head.weight" if n == "lm_head.weight" else prefix + n, storage_dtype(s, n), a)
            for n, a in canon.items()]

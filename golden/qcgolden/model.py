@@ -1,4 +1,4 @@
-"""The Qwen3.5 dense text model in float64 (docs/qwen35-model.md 4-9), with its state (10).
+"""The Qwen3.5 text model (dense, or MoE: moe.py) in float64 (docs/qwen35-model.md 4-9), with its state (10).
 
 One function per block, mirroring the doc. `Model.forward(tokens, state)` runs T tokens at
 positions state.pos .. state.pos + T - 1, updates the state in place and returns the logits of
@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from . import checkpoint
 from . import config as qconfig
 from . import deltarule
+from . import moe
 
 L2NORM_EPS = 1e-6  # fixed, not rms_norm_eps (docs/qwen35-model.md 6.3)
 
@@ -152,7 +153,9 @@ def mlp(x, W, p):
         @ W[p + "down_proj.weight"].T
 
 
-def decoder_layer(h, i, W, cfg, st, positions, kernel):
+def decoder_layer(h, i, W, cfg, st, positions, kernel, moe_trace=None):
+    """One layer; a MoE model's MLP is the MoE block (moe.py). moe_trace (a list, MoE only):
+    gets (moe_in = the residual after the mixer, the router record) appended."""
     p = "layers.%d." % i
     u = rms_norm_1p(h, W[p + "input_layernorm.weight"], cfg.rms_norm_eps)
     if cfg.layer_types[i] == qconfig.LINEAR:
@@ -160,8 +163,13 @@ def decoder_layer(h, i, W, cfg, st, positions, kernel):
     else:
         u = gated_attention(u, W, p + "self_attn.", cfg, st, positions)
     h = h + u
-    return h + mlp(rms_norm_1p(h, W[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps),
-                   W, p + "mlp.")
+    x = rms_norm_1p(h, W[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
+    if not cfg.is_moe:
+        return h + mlp(x, W, p + "mlp.")
+    out, rec = moe.moe_block(x, W, p + "mlp.", cfg)
+    if moe_trace is not None:
+        moe_trace.append((h, rec))
+    return h + out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -218,10 +226,13 @@ class Model:
     def new_state(self):
         return State(self.cfg)
 
-    def forward(self, tokens, state, kernel="auto", collect_hidden=False):
+    def forward(self, tokens, state, kernel="auto", collect_hidden=False, moe_trace=None):
         """tokens: ints [T] at positions state.pos ..; kernel: auto | chunk | recurrent.
         Returns (logits [T, V], hidden [L+1, T, H] or None) as float64 tensors; hidden[0] is the
-        embedding output, hidden[i] the output of layer i-1, hidden[L] the final-norm output."""
+        embedding output, hidden[i] the output of layer i-1, hidden[L] the final-norm output.
+        moe_trace (a dict, MoE models): filled with float64 numpy "moe_in" [L, T, H] (the
+        residual after each mixer), "topk_ids" int64 [L, T, k], "topk_weights" [L, T, k],
+        "router_margins" [L, T] (moe.py)."""
         cfg = self.cfg
         ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
         if ids.ndim != 1 or ids.numel() == 0:
@@ -231,9 +242,15 @@ class Model:
         positions = state.pos + torch.arange(ids.numel())
         h = self.W["embed_tokens.weight"][ids]                    # plain gather, no scaling
         hidden = [h]
+        layers = [] if (moe_trace is not None and cfg.is_moe) else None
         for i in range(cfg.num_hidden_layers):
-            h = decoder_layer(h, i, self.W, cfg, state.layers[i], positions, kernel)
+            h = decoder_layer(h, i, self.W, cfg, state.layers[i], positions, kernel, layers)
             hidden.append(h)
+        if layers is not None:
+            moe_trace["moe_in"] = torch.stack([m for m, _ in layers]).numpy()
+            for key, name in (("ids", "topk_ids"), ("weights", "topk_weights"),
+                              ("margins", "router_margins")):
+                moe_trace[name] = torch.stack([r[key] for _, r in layers]).numpy()
         h = rms_norm_1p(h, self.W["norm.weight"], cfg.rms_norm_eps)
         hidden[-1] = h
         state.pos += ids.numel()

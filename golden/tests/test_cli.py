@@ -163,7 +163,7 @@ def test_config_field(model, tmp_path, field, value, needle):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("model_type", "llama"), ("model_type", "qwen3_5_moe"), ("model_type", "qwen3_next"),
+    ("model_type", "llama"), ("model_type", "qwen3_moe"), ("model_type", "qwen3_next"),
     ("architectures", ["LlamaForCausalLM"]),
 ])
 def test_other_model_family(model, tmp_path, field, value):

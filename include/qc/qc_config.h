@@ -64,7 +64,8 @@ qc_status qc_config_load(const char *model_dir, qc_config *cfg, qc_err *err);
  * config). *json is malloc'd; free it. */
 qc_status qc_config_to_json(const qc_config *cfg, char **json, qc_err *err);
 
-/* The real Qwen3.5 dimensions: name is "0.8b", "2b", "4b" or "9b". */
+/* The real Qwen3.5 dimensions: name is "0.8b", "2b", "4b", "9b" (dense) or "35b-a3b",
+ * "122b-a10b", "397b-a17b" (MoE). */
 qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err);
 
 #endif /* QC_CONFIG_H */

@@ -67,6 +67,8 @@ typedef struct {
 
 typedef struct {
     uint64_t weights;        /* bytes: weight storage */
+    uint64_t weights_active; /* MoE only (0 for a dense model): bytes of weights one decode
+                                token reads (qc_memplan_active_weight_bytes); not in total */
     uint64_t backend;        /* bytes: backend-private copies + scratch */
     uint64_t state;          /* bytes: one qc_state of max_context_len positions */
     uint64_t runner;         /* bytes: logits rows, hidden captures, state copies */
@@ -100,6 +102,12 @@ qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err 
 /* Bytes of weight storage of a config (see the header comment), overflow-checked. */
 qc_status qc_memplan_weight_bytes(const qc_config *cfg, qc_dtype dtype, uint64_t *bytes,
                                   qc_err *err);
+/* Bytes of weights one decode token reads (the bandwidth roofline's numerator): every layer's
+ * norms, mixer and MLP — for a MoE layer the router, k of the E routed experts, the shared
+ * expert and its gate —, the final norm and the [V, H] lm_head once (the embedding row is a
+ * gather). Overflow-checked like qc_memplan_weight_bytes. */
+qc_status qc_memplan_active_weight_bytes(const qc_config *cfg, qc_dtype dtype, uint64_t *bytes,
+                                         qc_err *err);
 
 /* Parse a size: decimal digits with an optional fraction, then an optional unit K, M, G, T
  * (powers of 1024; "KB"/"KiB"... accepted, case-insensitive) or B. "0", negative, junk or a

@@ -255,6 +255,109 @@ for cid, txt, field in [("policy.not_json", b"{\"a\": ", ""),
 
 
 # ===================================================================================== #
+# mixture-of-experts checkpoints (issue #15 "Bad input"; when the MoE fixtures exist)   #
+# ===================================================================================== #
+MOE_FX = os.path.join(SRC, "fixtures", "tiny-moe-f32-nested")
+MOE_SH = os.path.join(SRC, "fixtures", "tiny-moe-bf16-flat")
+
+
+def st_parse(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    return json.loads(b[8:8 + n]), b[8 + n:]
+
+
+def moe_case(cid, cfg_edit=None, hdr_edit=None, needles=(), named=None):
+    """The fused nested MoE fixture with its text config and/or safetensors header edited; the
+    message must name `named` (default: the edited file)."""
+    d = newdir(cid)
+    with open(os.path.join(MOE_FX, "model", "config.json")) as f:
+        c = json.load(f)
+    if cfg_edit:
+        cfg_edit(c, c["text_config"])
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f)
+    st = os.path.join(MOE_FX, "model", "model.safetensors")
+    if hdr_edit:
+        h, data = st_parse(st)
+        hdr_edit(h)
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.write(st_bytes(h, data))
+    else:
+        os.symlink(st, os.path.join(d, "model.safetensors"))
+    named = named or ("config.json" if cfg_edit else "model.safetensors")
+    record_case(cid, d, [os.path.join(d, named)] + list(needles))
+
+
+def rename(h, old, new):
+    h[new] = h.pop(old)
+
+
+if os.path.isdir(MOE_FX):
+    LP = "model.language_model.layers."
+    MTP = "mtp.norm.weight"  # skipped by the loader: renamed, it becomes a stray text tensor
+    moe_case("moe.cfg.k_gt_e", lambda c, t: t.update(num_experts_per_tok=9), needles=[
+        "num_experts_per_tok", "greater than num_experts"])
+    moe_case("moe.cfg.zero_experts", lambda c, t: t.update(num_experts=0), needles=["num_experts"])
+    moe_case("moe.cfg.no_renorm", lambda c, t: t.update(norm_topk_prob=False),
+             needles=["norm_topk_prob"])
+    moe_case("moe.cfg.dense_layers", lambda c, t: t.update(mlp_only_layers=[1]),
+             needles=["mlp_only_layers"])
+    moe_case("moe.cfg.missing_width", lambda c, t: t.pop("moe_intermediate_size"),
+             needles=["moe_intermediate_size"])
+    moe_case("moe.cfg.family_mix", lambda c, t: t.update(model_type="qwen3_5_text"),
+             needles=["text_config.model_type"])
+
+    def dense(c, t):  # a dense config over the MoE tensors
+        c.update(model_type="qwen3_5", architectures=["Qwen3_5ForConditionalGeneration"])
+        t.update(model_type="qwen3_5_text", intermediate_size=16)
+        for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                  "shared_expert_intermediate_size"):
+            t.pop(k)
+    moe_case("moe.cfg.dense_config_moe_tensors", dense, needles=["mlp.", "mixture-of-experts"],
+             named="model.safetensors")  # the first MoE tensor of the file is named
+    # tensors: same byte count, wrong shape (so the loader's shape check speaks, not the reader's)
+    moe_case("moe.st.router_expert_count", hdr_edit=lambda h: h[LP + "1.mlp.gate.weight"].update(
+        shape=[4, 64]), needles=[LP + "1.mlp.gate.weight", "[4,64] != [8,32]"])
+    moe_case("moe.st.shared_gate_shape", hdr_edit=lambda h: h[
+        LP + "2.mlp.shared_expert_gate.weight"].update(shape=[32, 1]),
+        needles=[LP + "2.mlp.shared_expert_gate.weight", "[32,1] != [1,32]"])
+    moe_case("moe.st.experts_transposed", hdr_edit=lambda h: h[
+        LP + "0.mlp.experts.down_proj"].update(shape=[8, 16, 32]),
+        needles=[LP + "0.mlp.experts.down_proj", "[8,16,32] != [8,32,16]"])
+    moe_case("moe.st.missing_experts", hdr_edit=lambda h: rename(
+        h, LP + "3.mlp.experts.down_proj", "mtp.moved.down_proj"),
+        needles=[LP + "3.mlp.experts.down_proj", "missing"])
+    moe_case("moe.st.both_layouts", hdr_edit=lambda h: rename(
+        h, MTP, LP + "0.mlp.experts.0.gate_proj.weight"),
+        needles=[LP + "0.mlp.experts.0.gate_proj.weight", "per-expert"])
+    moe_case("moe.st.expert_id_range", hdr_edit=lambda h: rename(
+        h, MTP, LP + "0.mlp.experts.8.up_proj.weight"),
+        needles=[LP + "0.mlp.experts.8.up_proj.weight", "num_experts 8"])
+    moe_case("moe.st.dense_mlp_in_moe", hdr_edit=lambda h: rename(
+        h, MTP, LP + "1.mlp.gate_proj.weight"), needles=[LP + "1.mlp.gate_proj.weight"])
+
+if os.path.isdir(MOE_SH):
+    # the sharded per-expert fixture: one expert tensor of shard 1 also stored in shard 2
+    d = newdir("moe.st.duplicate_in_two_shards")
+    idx = os.path.join(MOE_SH, "model", "model.safetensors.index.json")
+    with open(idx) as f:
+        wm = json.load(f)["weight_map"]
+    shards = sorted(set(wm.values()))
+    name = sorted(k for k in wm if wm[k] == shards[0] and ".mlp.experts." in k)[0]
+    for fn in ["config.json", "model.safetensors.index.json"] + shards[:-1]:
+        os.symlink(os.path.join(MOE_SH, "model", fn), os.path.join(d, fn))
+    h0, d0 = st_parse(os.path.join(MOE_SH, "model", shards[0]))
+    h1, d1 = st_parse(os.path.join(MOE_SH, "model", shards[-1]))
+    b, e = h0[name]["data_offsets"]
+    h1[name] = dict(h0[name], data_offsets=[len(d1), len(d1) + e - b])
+    with open(os.path.join(d, shards[-1]), "wb") as f:
+        f.write(st_bytes(h1, d1 + d0[b:e]))
+    record_case("moe.st.duplicate_in_two_shards", d, [os.path.join(d, shards[-1]), name])
+
+
+# ===================================================================================== #
 # run                                                                                   #
 # ===================================================================================== #
 def report_problems(path):

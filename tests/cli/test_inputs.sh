@@ -201,12 +201,13 @@ json_edit "$MC/config.json" 'j["architectures"] = ["LlamaForCausalLM"]'
 expect2 config_llama_architectures record "$MC/config.json: architectures[0] 'LlamaForCausalLM' is not a Qwen3.5 text model" \
   "Qwen3_5ForCausalLM" -- record --model "$MC" --tokens $TOK
 MC=$(model_copy cfg_moe)
-json_edit "$MC/config.json" 'j["model_type"] = "qwen3_5_moe" if "text_config" in j else "qwen3_5_moe_text"'
-expect2 config_qwen35_moe record "$MC/config.json: model_type 'qwen3_5_moe" "not supported yet" -- \
+# a dense checkpoint relabelled Qwen3.5-MoE: the MoE fields it lacks are named
+json_edit "$MC/config.json" 'n = "text_config" in j; j["model_type"] = "qwen3_5_moe" if n else "qwen3_5_moe_text"; j["architectures"] = ["Qwen3_5MoeForConditionalGeneration" if n else "Qwen3_5MoeForCausalLM"]; t["model_type"] = "qwen3_5_moe_text"'
+expect2 config_qwen35_moe record "$MC/config.json: " "num_experts: missing (required by model_type qwen3_5_moe" -- \
   record --model "$MC" --tokens $TOK
 MC=$(model_copy cfg_next_moe)
 json_edit "$MC/config.json" 'j["model_type"] = "qwen3_next"; j["architectures"] = ["Qwen3NextForCausalLM"]; j.pop("text_config", None); j.update({k: v for k, v in t.items()}) if t is not j else None; j["num_experts"] = 512'
-expect2 config_qwen3_next_moe record "$MC/config.json: num_experts: 512" "not supported yet" -- \
+expect2 config_qwen3_next_moe record "$MC/config.json: num_experts: 512" "mixture-of-experts layers" -- \
   record --model "$MC" --tokens $TOK
 # check: a golden whose model directory has the Llama config
 mkdir -p "$IN/g_llama"

@@ -1,0 +1,137 @@
+/* qc_opt_attention.c — the causal softmax core of the optimized gated full attention, tiled
+ * for long contexts (issue #16 item 2).
+ *
+ * Work item = one tile: a block of query tokens x the query heads of one KV head (GQA group),
+ * or, when there are too few tiles to keep the threads busy (decode), a block of tokens x ONE
+ * head. A tile walks the keys in blocks of 64 (QC_ATT_KB): each block of K and V (64 x hd
+ * floats each, cache-resident) is used by every query of the tile before the next block is
+ * touched, so a long context is streamed from memory once per tile instead of once per
+ * (token, head).
+ *
+ * Numbers: every query runs exactly the sequence of the untiled online softmax it replaced
+ * (scores of a block, block max, rescale of the running output and sum by exp(m - m_new) when
+ * the max grows, exp of the shifted scores, the running sum in key order, out += p * v in key
+ * order; then out / sum, * sigmoid(gate)). Only the interleaving of different queries changes,
+ * never an operation of one query: the results are bit-identical to the per-(token, head)
+ * loop, whatever the tile shape, the item order or the thread that runs it. The AVX-512 table
+ * has fused kernels for the two inner loops (attn_scores, attn_pv: the same per-element
+ * operations as dot / axpy); the other tables use dot / axpy directly.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "qc_opt_internal.h"
+#include "qc_opt_profile.h"
+
+#define QC_ATT_KB 64   /* keys per block (the scratch o->th[].sc holds 64 scores) */
+#define QC_ATT_QMAX 64 /* queries per tile at most (per-query m / sum live on the stack) */
+
+typedef struct {
+    qc_opt *o;
+    const float *kc, *vc; /* this layer's caches [nkv, max_ctx, hd] */
+    int max_ctx, n, start_pos, nh, nkv, hd, grp;
+    int tb;               /* tokens per tile */
+    int hq;               /* heads per tile (grp, or 1 when the tiles are split by head) */
+    long nt;              /* token blocks */
+    long ntiles;
+    float scale;
+} att_job;
+
+/* the scores of one query against nb keys (row stride hd), times scale */
+static void scores(const qc_opt_kernels *K, float *sc, const float *q, const float *Kb, int nb,
+                   int hd, float scale) {
+    if (K->attn_scores) {
+        K->attn_scores(sc, q, Kb, hd, nb, hd, scale);
+        return;
+    }
+    for (int i = 0; i < nb; i++) sc[i] = K->dot(q, Kb + (size_t)i * hd, hd) * scale;
+}
+
+/* out += sum_i p[i] * V[i], in key order */
+static void accumulate(const qc_opt_kernels *K, float *out, const float *p, const float *Vb, int nb,
+                       int hd) {
+    if (K->attn_pv) {
+        K->attn_pv(out, p, Vb, hd, nb, hd);
+        return;
+    }
+    for (int i = 0; i < nb; i++) K->axpy(out, p[i], Vb + (size_t)i * hd, hd);
+}
+
+/* item -> tile, zig-zag over the token blocks (0, last, 1, last - 1, ...): the contiguous
+ * per-thread ranges of qc_opt_pool.c then hold a similar amount of causal work */
+static void tile_of(const att_job *j, long it, long *tblk, int *h0) {
+    const long per_t = j->ntiles / j->nt; /* head groups (or heads) per token block */
+    const long z = it / per_t, r = it % per_t;
+    *tblk = (z % 2 == 0) ? z / 2 : j->nt - 1 - z / 2;
+    *h0 = (int)(r * j->hq);
+}
+
+static void tile_item(void *ctx, long it, int tid) {
+    const att_job *j = ctx;
+    qc_opt *o = j->o;
+    const qc_opt_kernels *K = o->k;
+    const int hd = j->hd, nh = j->nh, qgd = 2 * nh * hd;
+    long tblk;
+    int h0;
+    tile_of(j, it, &tblk, &h0);
+    const int t0 = (int)tblk * j->tb, t1 = t0 + j->tb < j->n ? t0 + j->tb : j->n;
+    const int g = h0 / j->grp, nq = (t1 - t0) * j->hq;
+    const float *Kc = j->kc + (size_t)g * j->max_ctx * hd, *Vc = j->vc + (size_t)g * j->max_ctx * hd;
+    float m[QC_ATT_QMAX], lsum[QC_ATT_QMAX];
+    float *sc = o->th[tid].sc;
+    for (int qi = 0; qi < nq; qi++) {
+        const int t = t0 + qi / j->hq, h = h0 + qi % j->hq;
+        m[qi] = -INFINITY;
+        lsum[qi] = 0.0f;
+        memset(o->ob + (size_t)t * nh * hd + (size_t)h * hd, 0, (size_t)hd * sizeof(float));
+    }
+    const int npos_max = j->start_pos + t1; /* keys seen by the tile's last token */
+    for (int p0 = 0; p0 < npos_max; p0 += QC_ATT_KB) {
+        const float *Kb = Kc + (size_t)p0 * hd, *Vb = Vc + (size_t)p0 * hd;
+        for (int qi = 0; qi < nq; qi++) {
+            const int t = t0 + qi / j->hq, h = h0 + qi % j->hq, npos = j->start_pos + t + 1;
+            if (p0 >= npos) continue;
+            const int nb = npos - p0 < QC_ATT_KB ? npos - p0 : QC_ATT_KB;
+            const float *q = o->act + (size_t)t * nh * hd + (size_t)h * hd;
+            float *out = o->ob + (size_t)t * nh * hd + (size_t)h * hd;
+            scores(K, sc, q, Kb, nb, hd, j->scale);
+            float mb = -INFINITY;
+            for (int i = 0; i < nb; i++)
+                if (sc[i] > mb) mb = sc[i];
+            const float mnew = mb > m[qi] ? mb : m[qi];
+            if (mnew > m[qi] && m[qi] != -INFINITY) {
+                const float corr = expf(m[qi] - mnew);
+                K->scale(out, corr, hd);
+                lsum[qi] *= corr;
+            }
+            m[qi] = mnew;
+            for (int i = 0; i < nb; i++) sc[i] = sc[i] - mnew;
+            K->vexp(sc, sc, nb);
+            for (int i = 0; i < nb; i++) lsum[qi] += sc[i];
+            accumulate(K, out, sc, Vb, nb, hd);
+        }
+    }
+    for (int qi = 0; qi < nq; qi++) {
+        const int t = t0 + qi / j->hq, h = h0 + qi % j->hq;
+        float *out = o->ob + (size_t)t * nh * hd + (size_t)h * hd;
+        K->scale(out, 1.0f / lsum[qi], hd);
+        K->sigmoid_mul(out, o->mix + (size_t)t * qgd + (size_t)h * 2 * hd + hd, hd);
+    }
+}
+
+void qc_opt_attend(qc_opt *o, const float *kc, const float *vc, int max_ctx, int n, int start_pos,
+                   int nh, int nkv, int hd, float scale) {
+    att_job j = {.o = o, .kc = kc, .vc = vc, .max_ctx = max_ctx, .n = n, .start_pos = start_pos,
+                 .nh = nh, .nkv = nkv, .hd = hd, .grp = nh / nkv, .scale = scale};
+    /* tokens per tile: the tile's queries fit QC_ATT_QMAX (16 tokens x 4 heads for 0.8B) */
+    j.hq = j.grp <= QC_ATT_QMAX ? j.grp : 1;
+    j.tb = QC_ATT_QMAX / j.hq;
+    if (j.tb > 16) j.tb = 16;
+    j.nt = (n + j.tb - 1) / j.tb;
+    /* too few tiles for the threads (decode, short prompts): one head per tile */
+    if (j.nt * nkv < 2L * o->nthreads) j.hq = 1;
+    j.ntiles = j.nt * (nh / j.hq);
+    const double work = (double)n * nh * hd * (start_pos + n);
+    QC_OPT_PROF_CLASS(QC_OP_ATTN);
+    qc_opt_run(o, j.ntiles, QC_OPT_PAR(o, work), tile_item, &j);
+}

@@ -1,0 +1,44 @@
+/* qc_opt_profile.h — the optimized backend's per-op timer hook (`bench --profile-ops`).
+ *
+ * Off (the default) it costs one pointer load per op: qc_opt_run (qc_opt_pool.c) times a job
+ * only when qc_opt_prof_hook is set, and the forward pass names the class of the ops it posts
+ * (QC_OPT_PROF_CLASS) only then. The timing is the wall time of the posting thread from
+ * posting a job to its last item done (the op's real cost, waiting for the helpers included),
+ * added to sec[cur]. Serial code between jobs (embedding rows, RoPE tables, conv-state copies)
+ * is not attributed: the caller gets it as the forward's total minus the sum.
+ *
+ * Ownership: the hook points to a caller-owned struct; set it, run forwards on ONE backend,
+ * clear it (process-wide, not thread-safe across concurrent forwards).
+ */
+#ifndef QC_OPT_PROFILE_H
+#define QC_OPT_PROFILE_H
+
+enum {
+    QC_OP_PROJ,     /* the layers' projection GEMMs / matrix-vector products */
+    QC_OP_DELTANET, /* the delta rule per value head (chunked or token recurrence) */
+    QC_OP_ATTN,     /* q/k norm + RoPE + the causal softmax core */
+    QC_OP_CONV,     /* the DeltaNet causal conv + SiLU, l2norm, beta, g */
+    QC_OP_NORM,     /* RMSNorms (block inputs, final, gated) */
+    QC_OP_ELEM,     /* SwiGLU, residual adds */
+    QC_OP_LMHEAD,   /* the lm_head product (all rows or the last) */
+    QC_OP_N
+};
+
+typedef struct {
+    int cur;                /* class of the next job (set by the forward pass) */
+    double sec[QC_OP_N];    /* seconds per class, accumulated */
+    long jobs[QC_OP_N];     /* jobs per class, accumulated */
+} qc_opt_profile;
+
+/* NULL: off. */
+extern qc_opt_profile *qc_opt_prof_hook;
+
+/* Short names of the classes ("proj", "deltanet", ...); NULL past QC_OP_N. */
+const char *qc_opt_prof_name(int cls);
+
+#define QC_OPT_PROF_CLASS(c)                                                                   \
+    do {                                                                                       \
+        if (qc_opt_prof_hook) qc_opt_prof_hook->cur = (c);                                     \
+    } while (0)
+
+#endif /* QC_OPT_PROFILE_H */

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# test_bench_gate.sh — the `bench --baseline` gate does not cry wolf, and catches a real slowdown.
+#   bash tests/cli/test_bench_gate.sh <path-to-qwen-conform> <source-dir>
+# On a tiny checkpoint (optimized backend, 1 thread, 5 repetitions, 0.1 s per figure):
+#   1. one baseline run, then 20 self-comparisons of the same binary against it: none may
+#      report a regression (the noise model: 95 % intervals + --max-regression, a suspect
+#      re-measured once), and each report (JSON, Markdown) carries the verdict "pass";
+#   2. the same binary slowed by a sleep in every decode step (the test-only env var
+#      QC_TEST_DECODE_SLEEP_US, read at backend create) is caught: exit 1, the decode figure
+#      marked REGRESSION in the JSON and the Markdown, re-measured once, while the dynamic
+#      prefill (not slowed) is not a regression;
+#   3. --no-remeasure, a baseline without intervals (older report), and a bad baseline field.
+set -u
+QC="${1:?usage: test_bench_gate.sh <qwen-conform> <source-dir>}"
+SRC="${2:?usage: test_bench_gate.sh <qwen-conform> <source-dir>}"
+
+fail=0
+pass=0
+ok()  { pass=$((pass + 1)); echo "ok   - $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
+
+MODEL="$SRC/fixtures/tiny-f32-tied-flat/model"
+if [ ! -f "$MODEL/config.json" ]; then
+  echo "SKIP: no fixtures/tiny-f32-tied-flat/model"
+  exit 0
+fi
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/qc_test_bench_gate.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+ARGS=(--model "$MODEL" --backends optimized --prompt 16 --static-prompt 4 --decode 8 --reps 5
+      --threads 1 --min-time 0.1 --warmup 1)
+T0=$(date +%s)
+
+# ---- the baseline ----------------------------------------------------------------------------
+if "$QC" bench "${ARGS[@]}" --json "$TMP/base.json" >"$TMP/stdout" 2>"$TMP/stderr"; then
+  ok "baseline run exits 0"
+else
+  bad "baseline run: exit $? ($(tail -2 "$TMP/stderr"))"
+fi
+"$PY" - "$TMP/base.json" <<'PYEOF' && ok "baseline JSON: schema_version, machine id, intervals per figure" || bad "baseline JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["schema_version"] == 1
+m = d["machine"]
+assert m["vendor"] and m["cpu"] and m["cores"] >= 1 and m["memory_gib"] > 0, m
+assert isinstance(m["family"], (int, float)) and "flags" in m, m
+assert len(d["results"]) == 3, d["results"]
+for r in d["results"]:
+    s = sorted(r["tok_s_samples"])
+    assert len(s) >= 5, r
+    assert s[0] <= r["tok_s_ci_lo"] <= r["tok_s_median"] <= r["tok_s_ci_hi"] <= s[-1], r
+    assert r["tok_s_min"] == s[0] and r["tok_s_max"] == s[-1], r
+    assert r["tok_s_mad"] >= 0 and r["seconds_measured"] >= 0.1 * 0.999, r
+assert d["config"]["warmup"] == 1 and d["config"]["min_time_s"] == 0.1
+PYEOF
+
+# ---- 20 self-comparisons: no false regression -------------------------------------------------
+false_reg=0
+other=0
+for i in $(seq 1 20); do
+  "$QC" bench "${ARGS[@]}" --baseline "$TMP/base.json" --json "$TMP/self.json" --markdown "$TMP/self.md" \
+    >"$TMP/stdout" 2>"$TMP/stderr"
+  rc=$?
+  if [ $rc = 1 ]; then
+    false_reg=$((false_reg + 1))
+    echo "# self-comparison $i: $(grep REGRESSION "$TMP/stderr" | head -3)"
+  elif [ $rc != 0 ]; then
+    other=$((other + 1))
+    echo "# self-comparison $i: exit $rc: $(tail -2 "$TMP/stderr")"
+  fi
+done
+[ $false_reg = 0 ] && [ $other = 0 ] && ok "20 self-comparisons: no false regression" \
+  || bad "self-comparisons: $false_reg false regressions, $other other failures"
+"$PY" - "$TMP/self.json" <<'PYEOF' && ok "the verdict is in the JSON (gate.verdict pass, per-figure baseline)" || bad "verdict in JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+g = d["gate"]
+assert g["verdict"] == "pass" and g["compared"] == 3 and g["regressions"] == 0, g
+assert all(r["baseline"]["verdict"] in ("ok", "faster") for r in d["results"]), d["results"]
+PYEOF
+grep -q '^### Gate: pass' "$TMP/self.md" && ok "the verdict is in the Markdown" || bad "no verdict in the Markdown"
+
+# ---- a build slowed in its decode loop is caught ----------------------------------------------
+QC_TEST_DECODE_SLEEP_US=1000 "$QC" bench "${ARGS[@]}" --baseline "$TMP/base.json" --json "$TMP/slow.json" \
+  --markdown "$TMP/slow.md" --svg "$TMP/slow.svg" >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 1 ] && ok "a decode slowed by 1 ms a step exits 1" || bad "slowed run: exit $rc ($(tail -3 "$TMP/stderr"))"
+grep -q 'suspected regression.*re-measuring once' "$TMP/stderr" && ok "the suspect was re-measured once" || bad "no re-measure"
+"$PY" - "$TMP/slow.json" <<'PYEOF' && ok "JSON: decode REGRESSION, dynamic prefill not, remeasured" || bad "slowed JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+g = d["gate"]
+assert g["verdict"] == "regression" and g["remeasured"] is True and g["regressions"] >= 1, g
+v = {r["mode"]: r["baseline"]["verdict"] for r in d["results"]}
+assert v["decode"] == "REGRESSION", v
+assert v["dynamic"] != "REGRESSION", v
+PYEOF
+grep -q '^### Gate: regression' "$TMP/slow.md" && grep -q '^- REGRESSION: optimized decode 8 tok @ 16' "$TMP/slow.md" \
+  && ok "Markdown names the regression" || bad "Markdown regression"
+grep -q 'gate vs baseline: regression' "$TMP/slow.svg" && ok "SVG carries the verdict" || bad "SVG verdict"
+
+QC_TEST_DECODE_SLEEP_US=1000 "$QC" bench "${ARGS[@]}" --baseline "$TMP/base.json" --no-remeasure \
+  >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 1 ] && ! grep -q 're-measuring once' "$TMP/stderr" && ok "--no-remeasure: exit 1 without a second look" \
+  || bad "--no-remeasure: exit $rc"
+
+# ---- baselines of other shapes ---------------------------------------------------------------
+"$PY" - "$TMP/base.json" "$TMP/old.json" "$TMP/badfield.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+old = json.loads(json.dumps(d))
+for r in old["results"]:
+    for k in ("tok_s_ci_lo", "tok_s_ci_hi", "depth", "threads"):
+        r.pop(k)
+    r["tok_s_median"] *= 0.01   # an older report, far slower: no regression possible
+json.dump(old, open(sys.argv[2], "w"))
+d["results"][1]["tok_s_ci_lo"] = "fast"
+json.dump(d, open(sys.argv[3], "w"))
+PYEOF
+"$QC" bench "${ARGS[@]}" --baseline "$TMP/old.json" >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 0 ] && grep -q '3 figures compared, 0 regressions' "$TMP/stderr" \
+  && ok "a baseline without intervals / depth / threads is compared by its median" || bad "old baseline: exit $rc"
+"$QC" bench "${ARGS[@]}" --baseline "$TMP/badfield.json" >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q 'badfield.json: results\[1\].tok_s_ci_lo/hi: not numbers' "$TMP/stderr" \
+  && ok "a bad baseline field exits 2 naming file and field" || bad "bad field: exit $rc $(tail -1 "$TMP/stderr")"
+
+echo "# $(( $(date +%s) - T0 )) s"
+echo "# $pass passed, $fail failed"
+[ $fail = 0 ]

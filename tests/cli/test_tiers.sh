@@ -1,0 +1,98 @@
+#!/bin/bash
+# test_tiers.sh — the tolerance tiers (#12 item 6, docs/tolerance-tiers.md): simulated f16-KV and
+# int8 runs of a correct model pass their tiers through `diff --tier`; the same simulated runs
+# with an injected porting bug fail them; the fp32 tier rejects the f16-KV run; an unknown tier
+# is a usage error naming the accepted ones. ACTUAL files: golden/qcgolden simulate (the float64
+# golden model with the precision's storage roundings).
+#   test_tiers.sh QWEN_CONFORM REPO_ROOT
+set -u
+QC=$1
+ROOT=$2
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+# f16-KV: the fixture whose f16-KV noise the fp32 policy rejects (partial rotary 0.75, 8 layers);
+# int8: the baseline fixture
+G16=$ROOT/fixtures/tiny-rope-legacy-8layer/golden.h5
+G8=$ROOT/fixtures/tiny-f32-tied-flat/golden.h5
+CASES='len005|len064|cont'
+fails=0
+
+sim() { # GOLDEN OUT SIM [BUG]
+    local g=$1 out=$2 s=$3 bug=${4:-}
+    $PY "$ROOT/golden/qcgolden" simulate "$g" --sim "$s" ${bug:+--bug "$bug"} --cases "$CASES" \
+        --out "$T/$out" >/dev/null || { echo "FAIL: simulate $s $bug"; exit 1; }
+}
+expect() { # WANT_RC LABEL ARGS...
+    local want=$1 label=$2
+    shift 2
+    "$QC" diff "$@" --cases "$CASES" --quiet --json "$T/$label.json" >"$T/$label.out" 2>&1
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        echo "FAIL: $label: exit $rc, expected $want"
+        tail -30 "$T/$label.out"
+        fails=$((fails + 1))
+    else
+        echo "ok: $label (exit $rc)"
+    fi
+}
+# the verdict of the rows named CHECK (a regex on the check column) in a JSON report
+rows() { # REPORT CHECK_REGEX VERDICT -> count
+    $PY - "$1" "$2" "$3" <<'PYEOF'
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+rows = r["checks"]
+print(sum(1 for x in rows if re.fullmatch(sys.argv[2], x.get("check", ""))
+          and x.get("verdict", x.get("status", "")).upper() == sys.argv[3]))
+PYEOF
+}
+need() { # LABEL COUNT_EXPR MIN
+    if [ "$2" -lt "$3" ]; then echo "FAIL: $1: $2 < $3"; fails=$((fails + 1)); else echo "ok: $1 ($2)"; fi
+}
+
+sim "$G16" f16kv.h5 f16-kv
+sim "$G16" f16kv_rot.h5 f16-kv rotary-dim
+sim "$G8" int8.h5 int8
+sim "$G8" int8_norm.h5 int8 norm-offset
+
+expect 0 f16kv_tier --tier f16-kv "$G16" "$T/f16kv.h5"
+expect 1 f16kv_fp32 "$G16" "$T/f16kv.h5"
+expect 1 f16kv_fp32_explicit --tier fp32 "$G16" "$T/f16kv.h5"
+expect 1 f16kv_bug --tier f16-kv "$G16" "$T/f16kv_rot.h5"
+expect 0 int8_tier --tier int8 "$G8" "$T/int8.h5"
+expect 1 int8_bug --tier int8 "$G8" "$T/int8_norm.h5"
+expect 1 int8_under_f16kv --tier f16-kv "$G8" "$T/int8.h5"
+
+# the tier rows exist (one per metric and logits check) and carry the verdicts
+need "f16-kv: kl rows PASS" "$(rows "$T/f16kv_tier.json" '(prefill|decode)\.logits\.(kl_mean|kl_p99|kl_max|top1|topk)' PASS)" 30
+need "int8: kl rows PASS" "$(rows "$T/int8_tier.json" '(prefill|decode)\.logits\.(kl_mean|kl_p99|kl_max|top1|topk)' PASS)" 30
+need "int8 + bug: a KL row FAILS" "$(rows "$T/int8_bug.json" '(prefill|decode)\.logits\.kl_(mean|p99|max)' FAIL)" 1
+need "int8 + bug: an NMSE-gated state row FAILS" "$(rows "$T/int8_bug.json" '(prefill|decode)\.(k_cache|v_cache|conv_state|recurrent_state)' FAIL)" 4
+need "int8: the NMSE-gated state rows PASS" "$(rows "$T/int8_tier.json" '(prefill|decode)\.(k_cache|v_cache|conv_state|recurrent_state)' PASS)" 24
+need "f16-kv + bug: a KL row FAILS" "$(rows "$T/f16kv_bug.json" '(prefill|decode)\.logits\.kl_(mean|p99|max)' FAIL)" 1
+need "fp32 rejects f16-KV: a logits row FAILS" "$(rows "$T/f16kv_fp32.json" '(prefill|decode)\.(logits|k_cache|v_cache)' FAIL)" 1
+need "fp32: no tier rows" "$((1 - $(rows "$T/f16kv_fp32.json" '.*\.kl_mean' PASS) - $(rows "$T/f16kv_fp32.json" '.*\.kl_mean' FAIL)))" 1
+
+# an unknown tier: exit 2 naming the accepted values
+"$QC" diff --tier fp8 "$G8" "$T/int8.h5" >"$T/bad.out" 2>&1
+rc=$?
+if [ $rc = 2 ] && grep -q "fp32, f16-kv, bf16-kv, bf16, int8, int4" "$T/bad.out"; then
+    echo "ok: unknown tier (exit 2, accepted values named)"
+else
+    echo "FAIL: unknown tier: exit $rc"; cat "$T/bad.out"; fails=$((fails + 1))
+fi
+# the shipped tier table (harness/qc_tier.c) and the docs' numbers are what the committed
+# measurements give
+cp "$ROOT/harness/qc_tier.c" "$T/qc_tier.c"
+cp "$ROOT/docs/tolerance-tiers.md" "$T/tiers.md"
+$PY "$ROOT/golden/qcgolden" measure-tiers --from "$ROOT/fixtures/tolerance-tiers-measurements.json" \
+    --c-table "$T/qc_tier.c" --doc "$T/tiers.md" >/dev/null
+if cmp -s "$T/qc_tier.c" "$ROOT/harness/qc_tier.c" && cmp -s "$T/tiers.md" "$ROOT/docs/tolerance-tiers.md"; then
+    echo "ok: tier table and docs numbers match fixtures/tolerance-tiers-measurements.json"
+else
+    echo "FAIL: harness/qc_tier.c or docs/tolerance-tiers.md differ from the measurements:"
+    diff "$ROOT/harness/qc_tier.c" "$T/qc_tier.c" | head -10
+    diff "$ROOT/docs/tolerance-tiers.md" "$T/tiers.md" | head -10
+    fails=$((fails + 1))
+fi
+[ $fails = 0 ] && echo "test_tiers: all passed" || { echo "test_tiers: $fails failed"; exit 1; }
