@@ -354,6 +354,9 @@ static void check_dn_variants(ctx *c, qc_backend *be, const char *bname,
         return;
     }
     int msl = gc->max_seq_len > 0 ? gc->max_seq_len : 128;
+    /* the whole prompt in one chunk, or the largest chunk the backend's scratch holds (the
+     * call contract: be->max_chunk_tokens) */
+    if (be->max_chunk_tokens > 0 && msl > be->max_chunk_tokens) msl = be->max_chunk_tokens;
     int sizes[4] = {1, 3, 64, msl};
     for (int k = 0; k < 4; k++) {
         int dup = 0;
