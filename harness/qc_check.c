@@ -119,7 +119,7 @@ fail:
 
 static const char policy_usage[] =
     "usage: qwen-conform policy --print [--policy F.json] [--golden DIR|FILE]\n"
-    "                                   [--atol CLASS=V] [--rtol CLASS=V]\n"
+    "                                   [--tier NAME] [--atol CLASS=V] [--rtol CLASS=V]\n"
     "  Prints the effective tolerance policy as JSON (loadable again with --policy): the file\n"
     "  merged over the built-in defaults, with --atol / --rtol applied, every class default in\n"
     "  full, the effective tie_margin, the backend sections and the overrides.\n"
@@ -127,6 +127,7 @@ static const char policy_usage[] =
     "                   tolerances.json beside the goldens, DIR/ or its parent; else built-in)\n"
     "  --golden DIR     where check would look for tolerances.json; also warns (stderr) about\n"
     "                   overrides that can never match a case x tensor of those goldens\n"
+    "  --tier NAME      as for check: the tier's floors applied first (docs/tolerance-tiers.md)\n"
     "  --atol / --rtol CLASS=V   as for check\n"
     "exit: 0 printed, 2 usage / I/O / format error\n";
 
@@ -158,6 +159,8 @@ int qc_cmd_policy(int argc, char **argv) {
             st = qc_argp_value(&a, &o.golden, &err);
         } else if (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol")) {
             if (!(st = qc_argp_value(&a, &v, &err))) st = ckcli_parse_tol_flag(a.flag, v, &x, &err);
+        } else if (qc_argp_is(&a, "--tier")) {
+            st = qc_argp_value(&a, &x.tier, &err);
         } else {
             st = qc_argp_unknown(&a, &err);
         }

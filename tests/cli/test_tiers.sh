@@ -95,4 +95,12 @@ else
     diff "$ROOT/docs/tolerance-tiers.md" "$T/tiers.md" | head -10
     fails=$((fails + 1))
 fi
+# policy --print --tier: the tier's floors in the printed policy, an unknown tier refused
+if "$QC" policy --print --tier f16-kv >"$T/pol.json" 2>/dev/null \
+   && grep -q '"built-in + --tier f16-kv"' "$T/pol.json" \
+   && ! "$QC" policy --print --tier fp9 >/dev/null 2>&1; then
+    echo "ok: policy --print --tier f16-kv shows the tier; --tier fp9 refused"
+else
+    echo "FAIL: policy --print --tier"; fails=$((fails + 1))
+fi
 [ $fails = 0 ] && echo "test_tiers: all passed" || { echo "test_tiers: $fails failed"; exit 1; }
