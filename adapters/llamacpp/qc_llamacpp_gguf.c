@@ -18,6 +18,13 @@ static int gguf_u32(struct gguf_context *g, const char *key, uint32_t *out) {
     return 0;
 }
 
+/* "<arch>.<suffix>" (qwen35 or qwen35moe: the same hybrid; the MoE one adds its expert keys) */
+static const char *akey(const char *arch, const char *suffix) {
+    static char k[128]; /* open runs on one thread; each key is used before the next is made */
+    snprintf(k, sizeof k, "%s.%s", arch, suffix);
+    return k;
+}
+
 int read_meta(qc_llama *h, const char *path) {
     struct gguf_init_params gp = {.no_alloc = true, .ctx = NULL};
     struct gguf_context *g = gguf_init_from_file(path, gp);
@@ -26,23 +33,30 @@ int read_meta(qc_llama *h, const char *path) {
     int64_t id = gguf_find_key(g, "general.architecture");
     if (id >= 0 && gguf_get_kv_type(g, id) == GGUF_TYPE_STRING)
         snprintf(arch, sizeof arch, "%s", gguf_get_val_str(g, id));
-    if (strcmp(arch, "qwen35")) {
+    if (strcmp(arch, "qwen35") && strcmp(arch, "qwen35moe")) {
         gguf_free(g);
-        return set_err(NULL, QC_PLUGIN_ERROR, "cannot load: %s: architecture '%s', not qwen35", path, arch);
+        return set_err(NULL, QC_PLUGIN_ERROR, "cannot load: %s: architecture '%s', not qwen35 or qwen35moe",
+                       path, arch);
     }
     uint32_t nl = 0, kvh = 0, kl = 0, vl = 0, ck = 0, ss = 0, gc = 0, tsr = 0, inner = 0, fai = 4, ft = 0;
-    int miss = gguf_u32(g, "qwen35.block_count", &nl) | gguf_u32(g, "qwen35.attention.head_count_kv", &kvh) |
-               gguf_u32(g, "qwen35.attention.key_length", &kl) | gguf_u32(g, "qwen35.attention.value_length", &vl) |
-               gguf_u32(g, "qwen35.ssm.conv_kernel", &ck) | gguf_u32(g, "qwen35.ssm.state_size", &ss) |
-               gguf_u32(g, "qwen35.ssm.group_count", &gc) | gguf_u32(g, "qwen35.ssm.time_step_rank", &tsr) |
-               gguf_u32(g, "qwen35.ssm.inner_size", &inner);
-    gguf_u32(g, "qwen35.full_attention_interval", &fai);
+    /* one key at a time: akey's buffers are reused */
+    int miss = 0;
+    miss |= gguf_u32(g, akey(arch, "block_count"), &nl);
+    miss |= gguf_u32(g, akey(arch, "attention.head_count_kv"), &kvh);
+    miss |= gguf_u32(g, akey(arch, "attention.key_length"), &kl);
+    miss |= gguf_u32(g, akey(arch, "attention.value_length"), &vl);
+    miss |= gguf_u32(g, akey(arch, "ssm.conv_kernel"), &ck);
+    miss |= gguf_u32(g, akey(arch, "ssm.state_size"), &ss);
+    miss |= gguf_u32(g, akey(arch, "ssm.group_count"), &gc);
+    miss |= gguf_u32(g, akey(arch, "ssm.time_step_rank"), &tsr);
+    miss |= gguf_u32(g, akey(arch, "ssm.inner_size"), &inner);
+    gguf_u32(g, akey(arch, "full_attention_interval"), &fai);
     gguf_u32(g, "general.file_type", &ft);
     uint32_t nextn = 0;
-    gguf_u32(g, "qwen35.nextn_predict_layers", &nextn);
+    gguf_u32(g, akey(arch, "nextn_predict_layers"), &nextn);
     if (miss || nl == 0 || nl > MAX_LAYERS || gc == 0 || tsr == 0 || ck < 2 || fai == 0) {
         gguf_free(g);
-        return set_err(NULL, QC_PLUGIN_ERROR, "cannot load: %s: missing or invalid qwen35 hyperparameters", path);
+        return set_err(NULL, QC_PLUGIN_ERROR, "cannot load: %s: missing or invalid %s hyperparameters", path, arch);
     }
     int n_main = (int)nl - (int)nextn;
     if (n_main <= 0) n_main = (int)nl;
@@ -57,7 +71,7 @@ int read_meta(qc_llama *h, const char *path) {
     h->dv = (int)(inner / tsr);
     h->C = 2 * h->nk * h->dk + h->nv * h->dv;
     h->file_type = (int)ft;
-    id = gguf_find_key(g, "qwen35.attention.recurrent_layers");
+    id = gguf_find_key(g, akey(arch, "attention.recurrent_layers"));
     if (id >= 0 && gguf_get_kv_type(g, id) == GGUF_TYPE_ARRAY && gguf_get_arr_type(g, id) == GGUF_TYPE_BOOL &&
         gguf_get_arr_n(g, id) >= (size_t)n_main) {
         const int8_t *b = gguf_get_arr_data(g, id);
@@ -76,21 +90,21 @@ int read_meta(qc_llama *h, const char *path) {
      * config has no mrope_section, so every model with a head dim < 32 aborts at its first
      * llama_decode. */
     int rc = QC_PLUGIN_OK;
-    id = gguf_find_key(g, "qwen35.rope.dimension_sections");
+    id = gguf_find_key(g, akey(arch, "rope.dimension_sections"));
     if (h->guard && h->n_full > 0 && id >= 0 && gguf_get_kv_type(g, id) == GGUF_TYPE_ARRAY &&
         gguf_get_arr_type(g, id) == GGUF_TYPE_INT32 && gguf_get_arr_n(g, id) >= 4) {
         const int32_t *s = gguf_get_arr_data(g, id);
         long sum = (long)s[0] + s[1] + s[2] + s[3];
         if (sum > (long)kl) {
             uint32_t nrot = 0;
-            gguf_u32(g, "qwen35.rope.dimension_count", &nrot);
+            gguf_u32(g, akey(arch, "rope.dimension_count"), &nrot);
             rc = set_err(NULL, QC_PLUGIN_ERROR,
                          "cannot load: refused: llama.cpp " QC_LLAMACPP_TAG " would abort (SIGABRT) at the "
                          "first llama_decode: GGML_ASSERT(sect_dims <= ne0) in ggml_rope_multi; "
-                         "qwen35.rope.dimension_sections = [%d,%d,%d,%d] (sum %ld) > head dim %u "
+                         "%s.rope.dimension_sections = [%d,%d,%d,%d] (sum %ld) > head dim %u "
                          "(rotary dim %u; the converter writes [11,11,10,0] when config.json has no "
                          "mrope_section). guard=0 runs it anyway",
-                         s[0], s[1], s[2], s[3], sum, kl, nrot);
+                         arch, s[0], s[1], s[2], s[3], sum, kl, nrot);
         }
     }
     gguf_free(g);
