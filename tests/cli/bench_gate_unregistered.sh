@@ -11,23 +11,7 @@
 #      prefill (not slowed) is not a regression;
 #   3. --no-remeasure, a baseline without intervals (older report), and a bad baseline field.
 set -u
-QC="${1:?usage: test_bench_gate.sh <qwen-conform> <source-dir>}"
-SRC="${2:?usage: test_bench_gate.sh <qwen-conform> <source-dir>}"
-
-fail=0
-pass=0
-ok()  { pass=$((pass + 1)); echo "ok   - $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
-
-MODEL="$SRC/fixtures/tiny-f32-tied-flat/model"
-if [ ! -f "$MODEL/config.json" ]; then
-  echo "SKIP: no fixtures/tiny-f32-tied-flat/model"
-  exit 0
-fi
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/qc_test_bench_gate.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "$0")/bench_common.sh" test_bench_gate "$@"
 ARGS=(--model "$MODEL" --backends optimized --prompt 16 --static-prompt 4 --decode 8 --reps 5
       --threads 1 --min-time 0.1 --warmup 1)
 T0=$(date +%s)
@@ -129,5 +113,4 @@ rc=$?
   && ok "a bad baseline field exits 2 naming file and field" || bad "bad field: exit $rc $(tail -1 "$TMP/stderr")"
 
 echo "# $(( $(date +%s) - T0 )) s"
-echo "# $pass passed, $fail failed"
-[ $fail = 0 ]
+bench_done

@@ -7,23 +7,7 @@
 # within the phase's wall time; the lm_head over all rows costs more than over the last; the
 # Markdown (stdout and --markdown) has the section; without the flag there is neither.
 set -u
-QC="${1:?usage: test_bench_profile_ops.sh <qwen-conform> <source-dir>}"
-SRC="${2:?usage: test_bench_profile_ops.sh <qwen-conform> <source-dir>}"
-
-fail=0
-pass=0
-ok()  { pass=$((pass + 1)); echo "ok   - $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
-
-MODEL="$SRC/fixtures/tiny-f32-tied-flat/model"
-if [ ! -f "$MODEL/config.json" ]; then
-  echo "SKIP: no fixtures/tiny-f32-tied-flat/model"
-  exit 0
-fi
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/qc_test_bench_prof.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "$0")/bench_common.sh" test_bench_profile_ops "$@"
 QUICK=(--reps 3 --min-time 0 --warmup 0 --backend optimized --static-prompt 2 --threads 2)
 
 "$QC" bench --model "$MODEL" --prompt 96 --max-seq-len 32 --decode 4 "${QUICK[@]}" --profile-ops \
@@ -59,5 +43,4 @@ rc=$?
   "$PY" -c 'import json,sys; assert "profile_ops" not in json.load(open(sys.argv[1]))' "$TMP/n.json" \
   && ok "without --profile-ops: no section, no profile_ops" || bad "profile section without the flag (exit $rc)"
 
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+bench_done

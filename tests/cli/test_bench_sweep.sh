@@ -9,23 +9,7 @@
 # will not fit before allocating (exit 2 naming the numbers); the warnings (threads > cores,
 # weights in cache, reps < 3) and the machine are in every report; the SVG title fits.
 set -u
-QC="${1:?usage: test_bench_sweep.sh <qwen-conform> <source-dir>}"
-SRC="${2:?usage: test_bench_sweep.sh <qwen-conform> <source-dir>}"
-
-fail=0
-pass=0
-ok()  { pass=$((pass + 1)); echo "ok   - $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
-
-MODEL="$SRC/fixtures/tiny-f32-tied-flat/model"
-if [ ! -f "$MODEL/config.json" ]; then
-  echo "SKIP: no fixtures/tiny-f32-tied-flat/model"
-  exit 0
-fi
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/qc_test_bench_sweep.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "$0")/bench_common.sh" test_bench_sweep "$@"
 QUICK=(--reps 3 --min-time 0 --warmup 0)
 
 # ---- sweeps ----------------------------------------------------------------------------------
@@ -182,5 +166,4 @@ rc=$?
 rc=$?
 [ $rc = 2 ] && grep -q -- "--depth: 8 is listed twice" "$TMP/stderr" && ok "a duplicate in a list exits 2" || bad "duplicate: exit $rc"
 
-echo "# $pass passed, $fail failed"
-[ $fail = 0 ]
+bench_done
