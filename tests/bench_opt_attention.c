@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "../optimized/qc_opt_internal.h"
+#include "support/qc_test_attention_untiled.h"
 
 static unsigned rng_state = 99u;
 static float frand(void) {
@@ -29,45 +30,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* the untiled loop (one (token, head) at a time), as the backend had it */
-static void untiled(const qc_opt_kernels *K, float *ob, const float *act, const float *mix,
-                    const float *kc, const float *vc, int max_ctx, int n, int start_pos, int nh,
-                    int nkv, int hd, float scale) {
-    const int grp = nh / nkv, qgd = 2 * nh * hd;
-    float sc[64];
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < nh; h++) {
-            const float *q = act + (size_t)t * nh * hd + (size_t)h * hd;
-            const int g = h / grp, npos = start_pos + t + 1;
-            const float *Kc = kc + (size_t)g * max_ctx * hd, *Vc = vc + (size_t)g * max_ctx * hd;
-            float *out = ob + (size_t)t * nh * hd + (size_t)h * hd;
-            float m = -INFINITY, lsum = 0.0f;
-            memset(out, 0, (size_t)hd * sizeof(float));
-            for (int p0 = 0; p0 < npos; p0 += 64) {
-                const int nb = npos - p0 < 64 ? npos - p0 : 64;
-                float mb = -INFINITY;
-                for (int i = 0; i < nb; i++) {
-                    sc[i] = K->dot(q, Kc + (size_t)(p0 + i) * hd, hd) * scale;
-                    if (sc[i] > mb) mb = sc[i];
-                }
-                const float mnew = mb > m ? mb : m;
-                if (mnew > m && m != -INFINITY) {
-                    const float corr = expf(m - mnew);
-                    K->scale(out, corr, hd);
-                    lsum *= corr;
-                }
-                m = mnew;
-                for (int i = 0; i < nb; i++) sc[i] = sc[i] - m;
-                K->vexp(sc, sc, nb);
-                for (int i = 0; i < nb; i++) {
-                    lsum += sc[i];
-                    K->axpy(out, sc[i], Vc + (size_t)(p0 + i) * hd, hd);
-                }
-            }
-            K->scale(out, 1.0f / lsum, hd);
-            K->sigmoid_mul(out, mix + (size_t)t * qgd + (size_t)h * 2 * hd + hd, hd);
-        }
-}
 
 static int cmpd(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -95,7 +57,7 @@ static void run_case(const char *what, int n, int start_pos, int reps) {
     double tu[64], tt[64];
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        untiled(K, ob1, act, mix, kc, vc, ctx, n, start_pos, nh, nkv, hd, scale);
+        qc_test_attention_untiled(K, ob1, act, mix, kc, vc, ctx, n, start_pos, nh, nkv, hd, scale);
         double t1 = now_s();
         qc_opt_attend(&o, kc, vc, ctx, n, start_pos, nh, nkv, hd, scale);
         double t2 = now_s();
