@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qc_testjson.h"
 #include "qc/qc_config.h"
 
 /* ==== A base MoE config and a tiny JSON editor ==== */
@@ -40,25 +41,7 @@ static char *edit(const char *base, const char *const *edits) {
             root = tc;
             continue;
         }
-        char buf[512];
-        snprintf(buf, sizeof buf, "%s", edits[i]);
-        char *eq = strchr(buf, '=');
-        if (eq) *eq = '\0';
-        cJSON *obj = root;
-        char *key = buf, *dot;
-        while ((dot = strchr(key, '.')) != NULL) {
-            *dot = '\0';
-            cJSON *next = cJSON_GetObjectItemCaseSensitive(obj, key);
-            if (!next) next = cJSON_AddObjectToObject(obj, key);
-            obj = next;
-            key = dot + 1;
-        }
-        cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
-        if (eq) {
-            cJSON *v = cJSON_Parse(eq + 1);
-            ck_assert_msg(v != NULL, "bad edit value %s", eq + 1);
-            cJSON_AddItemToObject(obj, key, v);
-        }
+        qc_test_json_edit(root, edits[i]);
     }
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
