@@ -50,6 +50,7 @@ import struct  # noqa: E402
 from . import config as qconfig  # noqa: E402  (json/os only: no torch before the checks)
 from . import safetensors  # noqa: E402        (numpy only)
 from . import memory  # noqa: E402           (os only)
+from .outfile import InputError, check_output_file  # noqa: E402,F401  (os only)
 
 PROG = "qcgolden"
 CASE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
@@ -69,10 +70,6 @@ TEXT_MODEL_TYPES = ("qwen3_5_text", "qwen3_5_moe_text")
 ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM",
                  "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM")
 MAX_HEADER_BYTES = 100 * 2 ** 20   # a safetensors JSON header larger than this is malformed
-
-
-class InputError(Exception):
-    """Bad input: reported as one line, exit 2 (never a traceback)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -324,49 +321,6 @@ def check_safetensors_header(path):
         raise InputError(str(e))
     except OSError as e:
         raise InputError("%s: cannot read: %s" % (path, e.strerror or e))
-
-
-def _same_file(a, b):
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
-def check_output_file(out, inputs, flag="--out"):
-    """The file `out` can be written by temp file + rename: its directory exists and is
-    writable, it is not a directory, a special file, read-only or one of `inputs`
-    [(path, what)]. Returns the path to write (a symlink's target: the link is kept)."""
-    if not out:
-        raise InputError("%s: empty path" % flag)
-    for p, what in inputs:
-        if os.path.lexists(out) and _same_file(out, p) or \
-                os.path.realpath(out) == os.path.realpath(p):
-            raise InputError("%s %s: is the same file as %s (%s, an input): refused"
-                             % (flag, out, p, what))
-    target = os.path.realpath(out) if os.path.islink(out) else out
-    if os.path.isdir(target):
-        raise InputError("%s %s: is a directory" % (flag, out))
-    d = os.path.dirname(os.path.abspath(target)) or os.sep
-    if not os.path.isdir(d):
-        raise InputError("%s %s: directory %s does not exist" % (flag, out, d))
-    if os.path.lexists(target):
-        st = os.stat(target)
-        import stat as _stat
-        if not _stat.S_ISREG(st.st_mode):
-            raise InputError("%s %s: is not a regular file (an HDF5 golden needs one)"
-                             % (flag, out))
-        if not st.st_mode & 0o222:
-            raise InputError("%s %s: is read-only (mode %o): refused" % (flag, out,
-                                                                        st.st_mode & 0o777))
-    probe = "%s.tmp.%d" % (target, os.getpid())
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise InputError("%s %s: cannot write in %s: %s" % (flag, out, d, e.strerror or e))
-    return target
 
 
 # ------------------------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ def _parser():
     return ap
 
 
+from .outfile import InputError  # noqa: E402
+
+
 def main(argv):
     a = _parser().parse_args(argv)
     from .precision import SIMS
@@ -75,14 +78,18 @@ def main(argv):
             write_between(a.doc, "<!-- BEGIN TIER NUMBERS -->\n", "<!-- END TIER NUMBERS -->",
                           pr.md_table(res))
         return 0
-    except (ValueError, OSError, KeyError) as e:
+    except (ValueError, OSError, KeyError, InputError) as e:
         print("%s %s: %s" % (PROG, a.cmd, e), file=sys.stderr)
         return 2
 
 
 def simulate_cmd(a):
     from . import precision_run as pr
-    return pr.simulate(a.golden, a.sim, a.out, a.bug, a.cases, a.hidden)
+    from .outfile import check_output_file, model_inputs
+    inputs = [(a.golden, "the golden")] + model_inputs(
+        os.path.join(os.path.dirname(os.path.abspath(a.golden)), "model"))
+    out = check_output_file(a.out, inputs)
+    return pr.simulate(a.golden, a.sim, out, a.bug, a.cases, a.hidden)
 
 
 def write_between(path, b, e, table):

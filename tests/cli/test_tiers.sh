@@ -103,4 +103,16 @@ if "$QC" policy --print --tier f16-kv >"$T/pol.json" 2>/dev/null \
 else
     echo "FAIL: policy --print --tier"; fails=$((fails + 1))
 fi
+# simulate --out onto the golden's model files or through a symlink to the golden: refused
+cp "$ROOT/fixtures/tiny-f32-tied-flat/model/config.json" "$T/config.before"
+ln -s "$ROOT/fixtures/tiny-f32-tied-flat/golden.h5" "$T/link.h5"
+if ! /usr/bin/python3 "$ROOT/golden/qcgolden" simulate --sim f16-kv --cases len001 \
+       "$ROOT/fixtures/tiny-f32-tied-flat/golden.h5" --out "$ROOT/fixtures/tiny-f32-tied-flat/model/config.json" 2>/dev/null \
+   && ! /usr/bin/python3 "$ROOT/golden/qcgolden" simulate --sim f16-kv --cases len001 \
+       "$ROOT/fixtures/tiny-f32-tied-flat/golden.h5" --out "$T/link.h5" 2>/dev/null \
+   && cmp -s "$T/config.before" "$ROOT/fixtures/tiny-f32-tied-flat/model/config.json"; then
+    echo "ok: simulate refuses --out onto a model file and through a symlink to the golden"
+else
+    echo "FAIL: simulate --out onto an input"; fails=$((fails + 1))
+fi
 [ $fails = 0 ] && echo "test_tiers: all passed" || { echo "test_tiers: $fails failed"; exit 1; }
