@@ -122,6 +122,8 @@ MOE = [
         "d_v = 8), 4 query heads on 1 KV head."),
 ]
 
+FIXTURES += MOE   # standard cases; their goldens add the router record (golden/SCHEMA.md "MoE")
+
 
 # Fixtures with their own cases and builder (module with SPEC, build(root), cases or CASE):
 # not in FIXTURES (whose cases are the standard ones, every margin >= 0.05).
@@ -165,6 +167,12 @@ def readme_text():
              "Cases in every golden: " + ", ".join("`%s`" % c.name for c in cases) + ".", ""]
     for c in cases:
         lines.append("- `%s`: %s" % (c.name, c.description))
+    lines += ["", "The MoE fixtures (`%s`) have the same cases; their goldens add, per case and "
+              "phase, the router's top-k expert ids, renormalised weights and margins "
+              "(`prefill/router/*`, `decode/router/*`) and the MoE block's input "
+              "(`prefill/moe_in`, `decode/moe_in`), with every router margin at least the root "
+              "attribute `router_margin_threshold` = %g (`golden/SCHEMA.md`, \"MoE\")."
+              % ("`, `".join(m.name for m in MOE), goldens.ROUTER_MARGIN_THRESHOLD)]
     lines.append("")
     for s in FIXTURES:
         lines += ["## %s (seed %d)" % (s.name, s.seed), "", s.description, ""]

@@ -1,5 +1,6 @@
-"""Regeneration reproduces the committed fixtures: model files bit for bit, goldens within 1e-12,
-and every greedy choice in them has a margin >= 0.05."""
+"""Regeneration reproduces the committed fixtures (the MoE ones included): model files bit for
+bit, goldens within 1e-12, and every greedy choice in them has a margin >= 0.05 (every router
+decision of the MoE goldens one >= router_margin_threshold)."""
 import io
 import os
 import shutil
@@ -63,6 +64,11 @@ def test_cases_and_margins(name):
                 assert g["history_margins"][()].min() >= goldens.MIN_MARGIN
             if c.max_seq_len:
                 assert g.attrs["max_seq_len"] == c.max_seq_len < c.n_tokens
+            if name.startswith("tiny-moe-"):  # every router decision clear of a near-tie
+                thr = f.attrs["router_margin_threshold"]
+                assert thr == goldens.ROUTER_MARGIN_THRESHOLD
+                for ph in ("prefill", "decode"):
+                    assert g[ph + "/router/margins"][()].min() >= thr
 
 
 def test_compare_reports_a_changed_dataset(fresh, tmp_path):
