@@ -78,10 +78,22 @@ static qc_status plan_memory(const bench_opts *o, const qc_config *cfg, qc_dtype
     int ctx = longest + o->decode > o->static_prompt ? longest + o->decode : o->static_prompt;
     int mt = o->max_seq_len && o->max_seq_len < longest ? o->max_seq_len : longest;
     qc_memplan_req rq;
-    qc_memplan_req_init(&rq, cfg, dtype, ctx, mt);
+    /* the reference is opened for --ref-prompt tokens, the others for mt (open_backends) */
+    qc_memplan_req_init(&rq, cfg, dtype, ctx, mt > o->ref_prompt ? mt : o->ref_prompt);
     rq.weight_bytes = weight_bytes;
-    rq.n_threads = bench_list_max(o->threads_list, o->n_threads);
-    qc_status s = qc_registry_memplan("all", &rq, err);
+    /* every thread count the run opens the backends with (0: the OpenMP default, which the
+     * backends resolve themselves): each backend's term is its largest one */
+    qc_status s = QC_OK;
+    for (int ti = 0; ti < (o->n_threads > 0 ? o->n_threads : 1) && !s; ti++) {
+        qc_memplan_req one = rq;
+        one.n_threads = o->n_threads > 0 ? o->threads_list[ti] : 0;
+        if ((s = qc_registry_memplan("all", &one, err))) break;
+        if (ti == 0) rq.n_backends = one.n_backends;
+        for (int b = 0; b < one.n_backends; b++)
+            if (ti == 0 || one.backend_bytes[b] > rq.backend_bytes[b])
+                rq.backend_bytes[b] = one.backend_bytes[b];
+        if (ti == 0 || one.n_threads == 0) rq.n_threads = one.n_threads;
+    }
     if (s) return s;
     rq.n_logit_rows = 1;
     rq.n_state_copies = o->n_backends > 1 ? o->n_backends - 1 : 0;

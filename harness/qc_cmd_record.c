@@ -388,6 +388,9 @@ static qc_status load_model(const record_args *a, one_run *r, qc_err *err) {
     if (!a->synthetic) return qc_model_load(a->model, &r->model, err);
     qc_memplan_req rq0;
     qc_memplan_req_init(&rq0, &r->cfg, r->syn_dtype, r->prof.max_context_len, 1);
+    qc_backend_opts o0;
+    qc_record_backend_opts(a, 1, &o0);
+    qc_memplan_req_set_opts(&rq0, &o0);
     if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, &rq0, err)))
         return st;
     if ((st = qc_memplan_enforce(&rq0, a->max_memory, "memory", NULL, err))) return st;
@@ -403,6 +406,7 @@ static qc_status make_backend(const record_args *a, one_run *r, qc_err *err) {
     qc_memplan_req rq;
     qc_memplan_req_init(&rq, &r->model->cfg, r->model->embed.dtype, r->prof.max_context_len,
                         max_tokens);
+    qc_memplan_req_set_opts(&rq, &o); /* the threads and chunk size create will use */
     qc_status st;
     if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, &rq, err)))
         return st;

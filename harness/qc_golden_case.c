@@ -118,12 +118,57 @@ static qc_status positions_error(const gio_ctx *c, const qc_config *cfg, const c
                    (unsigned long long)before + n, lim, gio_positions_what(cfg));
 }
 
+/* The optional decode group of a case (g = /cases/<name>, dpath its decode path): the step
+ * count bounded by the positions left after start_pos + prompt (lim), then every dataset's shape.
+ * Fills gc->n_decode and m->has_decode*; QC_OK when there is no decode group. */
+static qc_status case_meta_decode(const gio_ctx *c, const qc_config *cfg, hid_t g,
+                                  const char *dpath, int lim, qc_golden_case *gc,
+                                  qc_golden_case_meta *m) {
+    if (!gio_link_exists(g, "decode")) return QC_OK;
+    qc_status st = QC_OK;
+    const long long V = cfg->vocab_size;
+    const int P = gc->start_pos, T = gc->n_tokens;
+    hid_t dg = H5I_INVALID_HID;
+    hsize_t dims[3];
+    long long any1[1] = {-1};
+    char path[256];
+    m->has_decode = 1;
+    if ((dg = gio_group_if(g, "decode")) < 0) {
+        st = missing_dataset(c, dpath, "tokens");
+        goto done;
+    }
+    if ((st = gio_probe_dataset(c, dg, dpath, "tokens", 0, 1, any1, dims, NULL))) goto done;
+    snprintf(path, sizeof path, "%s/tokens", dpath);
+    if (dims[0] > (hsize_t)(lim - P - T)) {
+        st = positions_error(c, cfg, path, (unsigned long long)dims[0], (long long)P + T,
+                             "start_pos + prompt");
+        goto done;
+    }
+    const int S = (int)dims[0];
+    gc->n_decode = S;
+    long long wd[2] = {S, V};
+    if ((st = gio_probe_dataset(c, dg, dpath, "logits", 1, 2, wd, dims, NULL))) goto done;
+    if (gio_link_exists(dg, "margins")) {
+        long long wm[1] = {S};
+        if ((st = gio_probe_dataset(c, dg, dpath, "margins", 1, 1, wm, dims, NULL))) goto done;
+        m->has_decode_margins = 1;
+    }
+    if (gio_link_exists(dg, "state")) {
+        if ((st = state_datasets(c, cfg, dg, dpath, P + T + S, NULL))) goto done;
+        m->has_decode_state = 1;
+    }
+    st = gio_moe_meta(c, cfg, dg, dpath, S, &m->has_decode_router, &m->has_decode_moe_in);
+done:
+    CLOSE_G(dg);
+    return st;
+}
+
 /* Metadata of one case (the group /cases/<name>): attributes, counts, which optional groups
  * exist, and every dataset's type and shape, without reading any tensor. */
 qc_status gio_read_case_meta(const gio_ctx *c, const qc_config *cfg, hid_t cases_g,
                                 const char *name, qc_golden_case *gc, qc_golden_case_meta *m) {
     qc_status st = QC_OK;
-    hid_t g = H5I_INVALID_HID, pg = H5I_INVALID_HID, dg = H5I_INVALID_HID;
+    hid_t g = H5I_INVALID_HID, pg = H5I_INVALID_HID;
     char casepath[160], ppath[200], dpath[200], path[256];
     const long long V = cfg->vocab_size, L = cfg->n_layers, H = cfg->hidden_size;
     const int lim = qc_golden_max_positions(cfg);
@@ -202,41 +247,11 @@ qc_status gio_read_case_meta(const gio_ctx *c, const qc_config *cfg, hid_t cases
         goto done;
 
     /* decode */
-    if (gio_link_exists(g, "decode")) {
-        m->has_decode = 1;
-        if ((dg = gio_group_if(g, "decode")) < 0) {
-            st = missing_dataset(c, dpath, "tokens");
-            goto done;
-        }
-        if ((st = gio_probe_dataset(c, dg, dpath, "tokens", 0, 1, any1, dims, NULL))) goto done;
-        snprintf(path, sizeof path, "%s/tokens", dpath);
-        if (dims[0] > (hsize_t)(lim - P - T)) {
-            st = positions_error(c, cfg, path, (unsigned long long)dims[0], (long long)P + T,
-                                 "start_pos + prompt");
-            goto done;
-        }
-        const int S = (int)dims[0];
-        gc->n_decode = S;
-        long long wd[2] = {S, V};
-        if ((st = gio_probe_dataset(c, dg, dpath, "logits", 1, 2, wd, dims, NULL))) goto done;
-        if (gio_link_exists(dg, "margins")) {
-            long long wm[1] = {S};
-            if ((st = gio_probe_dataset(c, dg, dpath, "margins", 1, 1, wm, dims, NULL))) goto done;
-            m->has_decode_margins = 1;
-        }
-        if (gio_link_exists(dg, "state")) {
-            if ((st = state_datasets(c, cfg, dg, dpath, P + T + S, NULL))) goto done;
-            m->has_decode_state = 1;
-        }
-        if ((st = gio_moe_meta(c, cfg, dg, dpath, S, &m->has_decode_router,
-                               &m->has_decode_moe_in)))
-            goto done;
-    }
+    if ((st = case_meta_decode(c, cfg, g, dpath, lim, gc, m))) goto done;
     m->start_pos = gc->start_pos;
     m->n_tokens = gc->n_tokens;
     m->n_decode = gc->n_decode;
 done:
-    CLOSE_G(dg);
     CLOSE_G(pg);
     CLOSE_G(g);
     return st;

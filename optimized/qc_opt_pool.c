@@ -157,7 +157,7 @@ qc_opt_profile *qc_opt_prof_hook = NULL;
 
 const char *qc_opt_prof_name(int cls) {
     static const char *const names[QC_OP_N] = {"proj", "deltanet", "attention", "conv",
-                                               "norms", "elementwise", "lm_head"};
+                                               "norms", "elementwise", "lm_head", "moe"};
     return cls >= 0 && cls < QC_OP_N ? names[cls] : NULL;
 }
 

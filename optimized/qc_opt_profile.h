@@ -21,6 +21,7 @@ enum {
     QC_OP_NORM,     /* RMSNorms (block inputs, final, gated) */
     QC_OP_ELEM,     /* SwiGLU, residual adds */
     QC_OP_LMHEAD,   /* the lm_head product (all rows or the last) */
+    QC_OP_MOE,      /* a MoE block: router + top-k, expert gather / gate-up / act / down, shared expert */
     QC_OP_N
 };
 

@@ -196,6 +196,17 @@ void qc_memplan_req_init(qc_memplan_req *rq, const qc_config *cfg, qc_dtype weig
     rq->chunk_size = 64;
 }
 
+void qc_memplan_req_set_opts(qc_memplan_req *rq, const qc_backend_opts *o) {
+    qc_backend_opts d;
+    if (!o) {
+        qc_backend_opts_default(&d);
+        o = &d;
+    }
+    rq->max_tokens = o->max_tokens;
+    rq->n_threads = o->n_threads;
+    rq->chunk_size = o->chunk_size;
+}
+
 qc_status qc_memplan_add_backend(qc_memplan_req *rq, const char *what, uint64_t bytes,
                                  qc_err *err) {
     if (!what) what = "backend";

@@ -234,6 +234,8 @@ struct qc_runner {
     float *scratch_logits;   /* [max_context_len, V] no-KV: logits of a whole recomputation */
     long n_calls;            /* backend forward calls so far */
     qc_runner_faults faults;
+    int broken;              /* 1 after a failed forward call: the state may hold part of a
+                                chunk, so prefill / decode refuse until qc_runner_reset */
 };
 
 qc_status qc_runner_create(qc_backend *be, const qc_profile *p, qc_state *st, qc_runner **out,
@@ -284,7 +286,11 @@ void qc_runner_destroy(qc_runner *r) {
 }
 
 void qc_runner_set_faults(qc_runner *r, const qc_runner_faults *f) { r->faults = *f; }
-qc_status qc_runner_reset(qc_runner *r, qc_err *err) { return qc_backend_reset(r->be, r->st, err); }
+qc_status qc_runner_reset(qc_runner *r, qc_err *err) {
+    qc_status st = qc_backend_reset(r->be, r->st, err);
+    if (st == QC_OK) r->broken = 0;
+    return st;
+}
 int qc_runner_pos(const qc_runner *r) { return r->st->pos; }
 qc_mode qc_runner_mode(const qc_runner *r) { return r->mode; }
 long qc_runner_calls(const qc_runner *r) { return r->n_calls; }
@@ -300,6 +306,9 @@ int32_t qc_argmax(const float *v, int n) {
 static qc_status check_request(const qc_runner *r, const int32_t *toks, int n, int start_pos,
                                qc_err *err) {
     if (n < 1 || !toks) return qc_errf(err, QC_ERR_ARG, "prefill: empty prompt");
+    if (r->broken)
+        return qc_errf(err, QC_ERR_ARG, "runner: a previous forward call failed at position %d; "
+                       "qc_runner_reset before the next call", r->st->pos);
     if (start_pos != r->st->pos)
         return qc_errf(err, QC_ERR_ARG, "prefill: start_pos %d != current position %d",
                        start_pos, r->st->pos);
@@ -377,6 +386,13 @@ qc_status qc_runner_prefill(qc_runner *r, const int32_t *prompt, int n, int star
         int len = n - done < r->prof.max_seq_len ? n - done : r->prof.max_seq_len;
         float *la = logits_all ? logits_all + (size_t)done * V : NULL;
         st = run_chunk(r, prompt + done, len, start_pos + done, la, last, err);
+        if (st != QC_OK) {
+            /* the position stays after what was really consumed (the chunks before this
+             * one); this chunk may have half-updated the state: no further call until reset */
+            r->st->pos = start_pos + done;
+            r->broken = 1;
+            break;
+        }
         done += len;
         r->st->pos = start_pos + done;
     }
@@ -400,5 +416,6 @@ qc_status qc_runner_decode(qc_runner *r, int32_t token, float *logits, qc_err *e
         st = call(r, &token, 1, pos, logits, 0, err);
     }
     if (st == QC_OK) r->st->pos = pos + 1;
+    else r->broken = 1; /* the state may be half-updated: refuse until reset */
     return st;
 }

@@ -195,6 +195,11 @@ static qc_config tiny_cfg(int geom) {
     } else if (geom == 3) { /* full attention only */
         c.n_layers = 2;
         c.layer_types[0] = c.layer_types[1] = QC_LAYER_FULL;
+    } else if (geom == 4) { /* MoE: 8 routed experts (k 2) + a shared expert, no dense MLP */
+        c.tie_word_embeddings = 0;
+        c.intermediate_size = 0;
+        c.n_experts = 8, c.n_experts_per_tok = 2;
+        c.moe_intermediate_size = 16, c.shared_expert_intermediate_size = 24;
     }
     return c;
 }
@@ -203,7 +208,7 @@ START_TEST(tiny_configs_estimate_is_the_allocation) {
     static const struct {
         int max_tokens, chunk;
     } runs[] = {{1, 64}, {16, 64}, {70, 3}, {300, 64}, {300, 300}};
-    for (int g = 0; g < 4; g++) {
+    for (int g = 0; g < 5; g++) {
         qc_config c = tiny_cfg(g);
         qc_model *m = NULL;
         qc_err e;
@@ -406,6 +411,54 @@ START_TEST(plan_sums_what_the_backends_report) {
 }
 END_TEST
 
+/* record and bench plan with the options the backend is REALLY created with
+ * (qc_memplan_req_set_opts): threads 1 and 2, a chunk size above the optimized minimum chunk
+ * scratch (1000 > 256: the plan at the default 64 would be too small), dense and MoE. */
+START_TEST(plan_uses_the_create_options) {
+    static const int geoms[2] = {0, 4};
+    for (int gi = 0; gi < 2; gi++) {
+        qc_config c = tiny_cfg(geoms[gi]);
+        qc_model *m = NULL;
+        qc_err e;
+        ck_assert_msg(qc_model_synthetic(&c, QC_BF16, 5, &m, &e) == QC_OK, "%s", e.msg);
+        for (int t = 1; t <= 2; t++) {
+            qc_backend_opts o;
+            qc_backend_opts_default(&o);
+            o.max_tokens = 1200;
+            o.n_threads = t;
+            o.chunk_size = 1000;
+            qc_memplan_req rq;
+            qc_memplan_req_init(&rq, &m->cfg, QC_BF16, 1200, 1);
+            qc_memplan_req_set_opts(&rq, &o);
+            ck_assert_int_eq(rq.max_tokens, 1200);
+            ck_assert_int_eq(rq.n_threads, t);
+            ck_assert_int_eq(rq.chunk_size, 1000);
+            ck_assert_int_eq(qc_registry_memplan("all", &rq, &e), QC_OK);
+            ck_assert_int_eq(rq.n_backends, 2);
+            qc_backend *be = NULL;
+            const size_t real_ref = measure_create(qc_reference_create, m, &o, &be);
+            qc_backend_destroy(be);
+            be = NULL;
+            const size_t real_opt = measure_create(qc_optimized_create, m, &o, &be);
+            qc_backend_destroy(be);
+            if (getenv("QC_TEST_VERBOSE"))
+                fprintf(stderr, "plan-from-opts geom %d threads %d: ref %llu >= %zu, opt %llu >= %zu\n",
+                        geoms[gi], t, (unsigned long long)rq.backend_bytes[0], real_ref,
+                        (unsigned long long)rq.backend_bytes[1], real_opt);
+            ck_assert_uint_ge(rq.backend_bytes[0], real_ref);
+            ck_assert_uint_ge(rq.backend_bytes[1], real_opt);
+            /* the default-options plan would not have covered this optimized create */
+            qc_memplan_req d;
+            qc_memplan_req_init(&d, &m->cfg, QC_BF16, 1200, 1200);
+            d.n_threads = t;
+            ck_assert_int_eq(qc_registry_memplan("all", &d, &e), QC_OK);
+            ck_assert_uint_lt(d.backend_bytes[1], real_opt);
+        }
+        qc_model_free(m);
+    }
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("memplan_backends");
     TCase *tc = tcase_create("core");
@@ -414,6 +467,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, preset_08b_estimate_is_the_allocation);
     tcase_add_test(tc, preset_08b_large_sizes_only);
     tcase_add_test(tc, plan_sums_what_the_backends_report);
+    tcase_add_test(tc, plan_uses_the_create_options);
     suite_add_tcase(s, tc);
     return s;
 }

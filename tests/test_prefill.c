@@ -25,9 +25,15 @@ static void mock_row(float *row, int t, int p) {
     for (int v = 0; v < V; v++) row[v] = -(float)abs(v - a);
 }
 
+static int fail_at_call = -1; /* >= 0: that forward call (0-based) fails */
+
 static qc_status mock_forward(qc_backend *be, const int32_t *toks, int n, int pos, qc_state *st,
                               float *logits, int all, qc_err *err) {
     if (n > be->opts.max_tokens) return qc_errf(err, QC_ERR_RANGE, "mock: n %d too large", n);
+    if (fail_at_call >= 0 && ncalls == fail_at_call) {
+        ncalls++;
+        return qc_errf(err, QC_ERR_RUNTIME, "mock: call %d fails", fail_at_call);
+    }
     if (ncalls < MAXCALLS) calls[ncalls++] = (call_rec){n, pos};
     /* mark which cache positions were written so "no KV" recomputation can be seen */
     for (int i = 0; i < n; i++) st->k_cache[1][pos + i] = (float)toks[i] + 1.0f;
@@ -58,6 +64,7 @@ static void setup(void) {
     be.forward = mock_forward;
     ck_assert_int_eq(qc_state_create(&cfg, 64, &st, NULL), QC_OK);
     ncalls = 0;
+    fail_at_call = -1;
 }
 static void teardown(void) { qc_state_destroy(st); }
 
@@ -93,6 +100,36 @@ START_TEST(static_one_token_per_call) {
     ck_assert_int_eq(qc_runner_decode(r, 2, last, NULL), QC_OK);
     ck_assert_int_eq(calls[10].n, 1); ck_assert_int_eq(calls[10].pos, 10);
     ck_assert_int_eq(qc_argmax(last, V), expect_tok(2, 10));
+    qc_runner_destroy(r);
+}
+END_TEST
+
+/* A chunk that fails: the position stays after the chunks really consumed (not past the failed
+ * one), and the runner refuses further prefill / decode until reset (issue #14). */
+START_TEST(failed_chunk_does_not_advance) {
+    qc_runner *r = mk(QC_MODE_DYNAMIC, 4, 32);
+    float all[10 * V];
+    qc_err e = {0};
+    fail_at_call = 1; /* the second chunk, positions 4..7 */
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 10, 0, all, NULL, NULL, &e), QC_ERR_RUNTIME);
+    ck_assert_int_eq(ncalls, 2);                /* no third chunk after the failure */
+    ck_assert_int_eq(qc_runner_pos(r), 4);      /* only the first chunk was consumed */
+    fail_at_call = -1;
+    ck_assert_int_eq(qc_runner_decode(r, 2, NULL, &e), QC_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "reset"), "%s", e.msg);
+    ck_assert_int_eq(qc_runner_prefill(r, prompt + 4, 6, 4, all, NULL, NULL, NULL), QC_ERR_ARG);
+    ck_assert_int_eq(ncalls, 2);                /* refused before any backend call */
+    ck_assert_int_eq(qc_runner_reset(r, NULL), QC_OK);
+    ck_assert_int_eq(qc_runner_pos(r), 0);
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 10, 0, all, NULL, NULL, NULL), QC_OK);
+    check_logits(all, 10, 0);
+    ck_assert_int_eq(qc_runner_pos(r), 10);
+    /* a failed decode: position unchanged, then refused until reset */
+    fail_at_call = ncalls;
+    ck_assert_int_eq(qc_runner_decode(r, 2, NULL, NULL), QC_ERR_RUNTIME);
+    ck_assert_int_eq(qc_runner_pos(r), 10);
+    fail_at_call = -1;
+    ck_assert_int_eq(qc_runner_decode(r, 2, NULL, NULL), QC_ERR_ARG);
     qc_runner_destroy(r);
 }
 END_TEST
@@ -311,6 +348,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, static_one_token_per_call);
     tcase_add_test(tc, dynamic_chunks_of_max_seq_len);
+    tcase_add_test(tc, failed_chunk_does_not_advance);
     tcase_add_test(tc, nokv_recomputes_from_zero);
     tcase_add_test(tc, errors_leave_state_alone);
     tcase_add_test(tc, backend_too_small_for_mode);

@@ -66,6 +66,9 @@ def main(argv):
                 res = json.load(f)
         else:
             res = pr.measure(a.golden, sims, a.cases, log=lambda t: print(t, file=sys.stderr))
+            # the tables from the numbers as written (4 significant digits), so that --from
+            # the written file regenerates them exactly
+            res = pr._round4(res)
         for s, v in res["sims"].items():
             print("%-8s limits %s" % (s, {k: v["limits"][k] for k in (
                 "kl_mean", "kl_p99", "kl_max", "tie_delta", "topk_min")}))

@@ -377,13 +377,26 @@ def _round4(o):
 
 
 def write_json(path, obj):
-    """The measurements as JSON, floats to 4 significant digits (temp file + rename)."""
+    """The measurements as JSON, floats to 4 significant digits (temp file + rename), without
+    the per-case detail ("files": kept in memory only): the limits, and the measured maxima
+    they derive from, over every golden and per golden, are what --from regenerates from."""
+    obj = dict(obj, sims={s: {k: v for k, v in d.items() if k != "files"}
+                          for s, d in obj["sims"].items()})
     obj = _round4(obj)
     tmp = path + ".tmp.%d" % os.getpid()
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.write("\n")
+        f.write(_dump_json(obj, 0) + "\n")
     os.replace(tmp, path)
+
+
+def _dump_json(o, depth):
+    """JSON, sorted keys: nested dicts indented down to depth 3 (sims / sim / per_golden /
+    golden), anything deeper on one line (one line per "measured" / "limits" block)."""
+    if not isinstance(o, dict) or depth >= 4 or not o:
+        return json.dumps(o, sort_keys=True)
+    pad = " " * (depth + 1)
+    items = ["%s%s: %s" % (pad, json.dumps(k), _dump_json(o[k], depth + 1)) for k in sorted(o)]
+    return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
 
 
 # ------------------------------------------------------------------------------------------------

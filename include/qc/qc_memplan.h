@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qc/qc_backend.h"
 #include "qc/qc_config.h"
 #include "qc/qc_model.h"
 #include "qc/qc_status.h"
@@ -81,6 +82,11 @@ typedef struct {
  * n_state_copies = nokv = 0. */
 void qc_memplan_req_init(qc_memplan_req *rq, const qc_config *cfg, qc_dtype weight_dtype,
                          int max_context_len, int max_tokens);
+
+/* The backend options a backend will REALLY be created with into rq (max_tokens, n_threads,
+ * chunk_size: what its scratch size depends on), so that the plan and the create cannot
+ * disagree (issue #14: record and bench plan with these). o NULL: the defaults. */
+void qc_memplan_req_set_opts(qc_memplan_req *rq, const qc_backend_opts *o);
 
 /* One more backend alive at once, with the private memory it reports (e.g.
  * qc_reference_scratch_bytes(cfg, &opts)). QC_ERR_RANGE when bytes is SIZE_MAX / UINT64_MAX

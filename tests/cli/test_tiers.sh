@@ -1,7 +1,8 @@
 #!/bin/bash
 # test_tiers.sh — the tolerance tiers (#12 item 6, docs/tolerance-tiers.md): simulated f16-KV and
 # int8 runs of a correct model pass their tiers through `diff --tier`; the same simulated runs
-# with an injected porting bug fail them; the fp32 tier rejects the f16-KV run; an unknown tier
+# with an injected porting bug fail them (dense: tiny-rope-legacy-8layer / tiny-f32-tied-flat;
+# MoE: tiny-moe-bf16-flat with moe-no-renorm); the fp32 tier rejects the f16-KV run; an unknown tier
 # is a usage error naming the accepted ones. ACTUAL files: golden/qcgolden simulate (the float64
 # golden model with the precision's storage roundings).
 #   test_tiers.sh QWEN_CONFORM REPO_ROOT
@@ -15,6 +16,10 @@ trap 'rm -rf "$T"' EXIT
 # int8: the baseline fixture
 G16=$ROOT/fixtures/tiny-rope-legacy-8layer/golden.h5
 G8=$ROOT/fixtures/tiny-f32-tied-flat/golden.h5
+# MoE: f16-KV and int8 of a correct MoE model pass; the MoE porting bug moe-no-renorm (top-k
+# router weights not renormalised) fails both
+GM=$ROOT/fixtures/tiny-moe-bf16-flat/golden.h5
+MCASES='len001|len005|len064|cont'   # len001: the int8 row moe-no-renorm fails by 2x (docs)
 CASES='len005|len064|cont'
 fails=0
 
@@ -54,6 +59,10 @@ sim "$G16" f16kv.h5 f16-kv
 sim "$G16" f16kv_rot.h5 f16-kv rotary-dim
 sim "$G8" int8.h5 int8
 sim "$G8" int8_norm.h5 int8 norm-offset
+CASES=$MCASES sim "$GM" moe_f16kv.h5 f16-kv
+CASES=$MCASES sim "$GM" moe_f16kv_bug.h5 f16-kv moe-no-renorm
+CASES=$MCASES sim "$GM" moe_int8.h5 int8
+CASES=$MCASES sim "$GM" moe_int8_bug.h5 int8 moe-no-renorm
 
 expect 0 f16kv_tier --tier f16-kv "$G16" "$T/f16kv.h5"
 expect 1 f16kv_fp32 "$G16" "$T/f16kv.h5"
@@ -62,6 +71,10 @@ expect 1 f16kv_bug --tier f16-kv "$G16" "$T/f16kv_rot.h5"
 expect 0 int8_tier --tier int8 "$G8" "$T/int8.h5"
 expect 1 int8_bug --tier int8 "$G8" "$T/int8_norm.h5"
 expect 1 int8_under_f16kv --tier f16-kv "$G8" "$T/int8.h5"
+CASES=$MCASES expect 0 moe_f16kv_tier --tier f16-kv "$GM" "$T/moe_f16kv.h5"
+CASES=$MCASES expect 1 moe_f16kv_bug --tier f16-kv "$GM" "$T/moe_f16kv_bug.h5"
+CASES=$MCASES expect 0 moe_int8_tier --tier int8 "$GM" "$T/moe_int8.h5"
+CASES=$MCASES expect 1 moe_int8_bug --tier int8 "$GM" "$T/moe_int8_bug.h5"
 
 # the tier rows exist (one per metric and logits check) and carry the verdicts
 need "f16-kv: kl rows PASS" "$(rows "$T/f16kv_tier.json" '(prefill|decode)\.logits\.(kl_mean|kl_p99|kl_max|top1|topk)' PASS)" 30
@@ -70,6 +83,11 @@ need "int8 + bug: a KL row FAILS" "$(rows "$T/int8_bug.json" '(prefill|decode)\.
 need "int8 + bug: an NMSE-gated state row FAILS" "$(rows "$T/int8_bug.json" '(prefill|decode)\.(k_cache|v_cache|conv_state|recurrent_state)' FAIL)" 4
 need "int8: the NMSE-gated state rows PASS" "$(rows "$T/int8_tier.json" '(prefill|decode)\.(k_cache|v_cache|conv_state|recurrent_state)' PASS)" 24
 need "f16-kv + bug: a KL row FAILS" "$(rows "$T/f16kv_bug.json" '(prefill|decode)\.logits\.kl_(mean|p99|max)' FAIL)" 1
+need "MoE f16-kv: kl rows PASS" "$(rows "$T/moe_f16kv_tier.json" '(prefill|decode)\.logits\.(kl_mean|kl_p99|kl_max|top1|topk)' PASS)" 30
+need "MoE f16-kv + moe-no-renorm: a KL row FAILS" "$(rows "$T/moe_f16kv_bug.json" '(prefill|decode)\.logits\.kl_(mean|p99|max)' FAIL)" 1
+need "MoE int8: kl rows PASS" "$(rows "$T/moe_int8_tier.json" '(prefill|decode)\.logits\.(kl_mean|kl_p99|kl_max|top1|topk)' PASS)" 30
+need "MoE int8: the NMSE-gated state rows PASS" "$(rows "$T/moe_int8_tier.json" '(prefill|decode)\.(k_cache|v_cache|conv_state|recurrent_state)' PASS)" 24
+need "MoE int8 + moe-no-renorm: NMSE-gated rows FAIL (len001 prefill k_cache, len064 decode conv_state)" "$(rows "$T/moe_int8_bug.json" '(prefill|decode)\.(logits|k_cache|v_cache|conv_state|recurrent_state)' FAIL)" 2
 need "fp32 rejects f16-KV: a logits row FAILS" "$(rows "$T/f16kv_fp32.json" '(prefill|decode)\.(logits|k_cache|v_cache)' FAIL)" 1
 need "fp32: no tier rows" "$((1 - $(rows "$T/f16kv_fp32.json" '.*\.kl_mean' PASS) - $(rows "$T/f16kv_fp32.json" '.*\.kl_mean' FAIL)))" 1
 
