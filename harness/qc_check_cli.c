@@ -169,11 +169,13 @@ static qc_status parse_fault(const char *v, qc_check_faults *f, qc_err *err) {
         f->moe_fault = 2;
     } else if (!strcmp(v, "moe-topk-next")) {
         f->moe_fault = 3;
+    } else if (!strcmp(v, "moe-gate-drop")) {
+        f->moe_fault = 4;
     } else {
         return qc_errf(err, QC_ERR_ARG, "--inject-fault: unknown fault '%s' (norm-no-offset[:LAYER], "
                        "stale-conv-state, static-no-advance, snapshot-noop, rollback-keeps-conv, "
                        "slot-off-by-one, recurrent-bf16, unguarded-exp, moe-no-renorm, "
-                       "moe-gate-all, moe-topk-next)", v);
+                       "moe-gate-all, moe-topk-next, moe-gate-drop)", v);
     }
     return QC_OK;
 }

@@ -7,10 +7,10 @@
  *                   exp(gamma_r) * exp(-gamma_c) (pytorch/executorch#21417, the reference's
  *                   test hook qc_ref_testhooks.h): Inf * 0 = NaN in a chunk of strong decays,
  *                   which the checks must report as non-finite with its first location.
- *   moe-no-renorm, moe-gate-all, moe-topk-next
+ *   moe-no-renorm, moe-gate-all, moe-topk-next, moe-gate-drop
  *                   the reference's MoE block drops the top-k renormalisation, applies the
- *                   shared-expert gate to routed + shared, or takes the (k+1)-th expert instead
- *                   of the k-th (qc_ref_test_moe_fault); router_topk / the hidden states and
+ *                   shared-expert gate to routed + shared, takes the (k+1)-th expert instead
+ *                   of the k-th, or drops the shared-expert gate (adds the shared expert ungated) (qc_ref_test_moe_fault); router_topk / the hidden states and
  *                   logits must fail on each, with the MoE block localised.
  * The backends' normal code paths are not changed by any of them. */
 #include "qc_check_internal.h"

@@ -62,7 +62,10 @@ int ck_cfg_same(const qc_config *a, const qc_config *b) {
         a->n_heads != b->n_heads || a->n_kv_heads != b->n_kv_heads ||
         a->head_dim != b->head_dim || a->lin_n_k_heads != b->lin_n_k_heads ||
         a->lin_n_v_heads != b->lin_n_v_heads || a->lin_k_dim != b->lin_k_dim ||
-        a->lin_v_dim != b->lin_v_dim || a->conv_kernel != b->conv_kernel)
+        a->lin_v_dim != b->lin_v_dim || a->conv_kernel != b->conv_kernel ||
+        a->n_experts != b->n_experts || a->n_experts_per_tok != b->n_experts_per_tok ||
+        a->moe_intermediate_size != b->moe_intermediate_size ||
+        a->shared_expert_intermediate_size != b->shared_expert_intermediate_size)
         return 0;
     for (int l = 0; l < a->n_layers; l++)
         if (a->layer_types[l] != b->layer_types[l]) return 0;

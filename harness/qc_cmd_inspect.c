@@ -147,6 +147,10 @@ static void print_config(const qc_config *c) {
            c->partial_rotary_factor, c->rope_theta);
     printf("  deltanet:     %d key heads x %d, %d value heads x %d, conv kernel %d\n",
            c->lin_n_k_heads, c->lin_k_dim, c->lin_n_v_heads, c->lin_v_dim, c->conv_kernel);
+    if (qc_cfg_is_moe(c))
+        printf("  moe:          %d experts, %d per token, expert intermediate %d, shared expert "
+               "intermediate %d\n", c->n_experts, c->n_experts_per_tok, c->moe_intermediate_size,
+               c->shared_expert_intermediate_size);
     printf("  other:        rms_eps %.3g, %s lm_head, %s config, weight dtype unknown (not "
            "recorded in goldens)\n", c->rms_eps, c->tie_word_embeddings ? "tied" : "untied",
            c->nested ? "nested text_config" : "flat");

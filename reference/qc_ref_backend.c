@@ -424,7 +424,7 @@ qc_status qc_ref_test_moe_fault(qc_backend *be, int fault, qc_err *err) {
     ref_impl *R = (ref_impl *)be->impl;
     if (!qc_cfg_is_moe(R->cfg))
         return qc_errf(err, QC_ERR_ARG, "moe fault: the model is not a mixture-of-experts model");
-    if (fault < QC_REF_MOE_FAULT_NONE || fault > QC_REF_MOE_FAULT_TOPK_NEXT)
+    if (fault < QC_REF_MOE_FAULT_NONE || fault > QC_REF_MOE_FAULT_GATE_DROP)
         return qc_errf(err, QC_ERR_ARG, "moe fault: unknown fault %d", fault);
     for (int i = 0; i < R->cfg->n_layers; i++) R->layers[i].moe.fault = fault;
     return QC_OK;

@@ -150,7 +150,8 @@ void qc_ref_moe(float *out, const float *x, int n, const qc_ref_moe_layer *L,
         qc_ref_mlp(s->shared, xt, 1, H, Is, L->sh_gate, L->sh_up, L->sh_down, s->sgate, s->sup,
                    s->row);
         const float *gw = qc_ref_weight_row(L->sh_expert_gate, 0, H, s->eo);
-        const float g = qc_ref_sigmoid(qc_ref_dot(xt, gw, H));
+        const float g = L->fault == QC_REF_MOE_FAULT_GATE_DROP ? 1.0f
+                                                                : qc_ref_sigmoid(qc_ref_dot(xt, gw, H));
         if (L->fault == QC_REF_MOE_FAULT_GATE_ALL)
             for (int i = 0; i < H; i++) ot[i] = g * (ot[i] + s->shared[i]);
         else

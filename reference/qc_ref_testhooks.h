@@ -18,8 +18,10 @@ typedef enum {
                                         renormalisation dropped, as with norm_topk_prob=false) */
     QC_REF_MOE_FAULT_GATE_ALL = 2,   /* the shared-expert sigmoid gate applied to routed + shared
                                         (ik_llama.cpp#1368) instead of the shared expert only */
-    QC_REF_MOE_FAULT_TOPK_NEXT = 3   /* the k-th choice replaced by the (k+1)-th most probable
+    QC_REF_MOE_FAULT_TOPK_NEXT = 3,  /* the k-th choice replaced by the (k+1)-th most probable
                                         expert (a wrong top-k; no effect when k == E) */
+    QC_REF_MOE_FAULT_GATE_DROP = 4   /* the shared-expert sigmoid gate dropped (taken as 1):
+                                        the shared expert added ungated */
 } qc_ref_moe_fault;
 
 /* Make every MoE layer of the reference backend commit `fault` (QC_REF_MOE_FAULT_NONE

@@ -18,7 +18,7 @@ rc=$?
 import json, sys
 d = json.load(open(sys.argv[1]))["profile_ops"]
 assert d["prompt"] == 96 and d["chunk"] == 32 and d["decode_steps"] == 4 and d["threads"] == 2, d
-classes = ["proj", "deltanet", "attention", "conv", "norms", "elementwise", "lm_head"]
+classes = ["proj", "deltanet", "attention", "conv", "norms", "elementwise", "lm_head", "moe"]
 for ph in ("prefill", "decode", "prefill_all_logits"):
     p = d[ph]
     assert p["seconds"] > 0, (ph, p)
@@ -31,6 +31,7 @@ for ph in ("prefill", "decode", "prefill_all_logits"):
     key = "gbs" if ph == "decode" else "gflops"
     assert p["proj"][key] > 0 and p["lm_head"][key] > 0, (ph, p["proj"], p["lm_head"])
 assert d["prefill_all_logits"]["lm_head"]["seconds"] > d["prefill"]["lm_head"]["seconds"], d
+assert all(d[ph]["moe"]["seconds"] == 0 for ph in ("prefill", "decode")), "dense model: no moe time"
 PYEOF
 for f in "$TMP/stdout" "$TMP/p.md"; do
   grep -q "### Time per op class" "$f" && grep -q "| lm_head |" "$f" && grep -q "decode (per step)" "$f" \
@@ -42,5 +43,21 @@ rc=$?
 [ $rc = 0 ] && ! grep -q "Time per op class" "$TMP/stdout2" && \
   "$PY" -c 'import json,sys; assert "profile_ops" not in json.load(open(sys.argv[1]))' "$TMP/n.json" \
   && ok "without --profile-ops: no section, no profile_ops" || bad "profile section without the flag (exit $rc)"
+
+# A MoE checkpoint: the router / experts / shared expert jobs are attributed to "moe" (> 0).
+MOE="$SRC/fixtures/tiny-moe-f32-nested/model"
+if [ -f "$MOE/config.json" ]; then
+  "$QC" bench --model "$MOE" --prompt 16 --decode 2 "${QUICK[@]}" --profile-ops --json "$TMP/m.json" \
+    >"$TMP/stdout3" 2>"$TMP/stderr3"
+  rc=$?
+  [ $rc = 0 ] && grep -q "| moe |" "$TMP/stdout3" && "$PY" - "$TMP/m.json" <<'PYEOF' \
+    && ok "MoE model: moe class timed in prefill and decode" || bad "MoE profile (exit $rc)"
+import json, sys
+d = json.load(open(sys.argv[1]))["profile_ops"]
+for ph in ("prefill", "decode"):
+    assert d[ph]["moe"]["seconds"] > 0, (ph, d[ph]["moe"])
+    assert d[ph]["moe"]["seconds"] <= 1.5 * d[ph]["seconds"], (ph, d[ph])
+PYEOF
+fi
 
 bench_done

@@ -174,5 +174,26 @@ run 1 "(i) a slot index off by one is caught" --golden "$ONE" --filter "$F_DYN" 
 has "len005 +reference dynamic multi_sequence +FAIL" "(i) names multi_sequence"
 has "at sequence_[12]/" "(i) a sequence sharing a slot differs"
 
+# ---- (j) the MoE block's port bugs, on each MoE fixture (issue 15) ----------------------------
+# renormalisation dropped, shared gate applied to all, wrong top-k, shared gate dropped: each a
+# conformance failure localised to layer 0's MoE block; on a dense model they do not apply.
+for MOE in tiny-moe-f32-nested tiny-moe-bf16-flat; do
+  [ -f "$FIX/$MOE/golden.h5" ] || { bad "(j) fixture $MOE missing"; continue; }
+  for FAULT in moe-no-renorm moe-gate-all moe-topk-next moe-gate-drop; do
+    run 1 "(j) $MOE: $FAULT is caught" --golden "$FIX/$MOE" --filter "$F_DYN" --inject-fault "$FAULT"
+    has "prefill.hidden +FAIL" "(j) $MOE $FAULT: names prefill.hidden"
+    has "It starts in layer 0's MoE block: moe_in\[0\] \(after the mixer\) agrees" "(j) $MOE $FAULT: localised to the MoE block"
+    case "$FAULT" in
+      moe-no-renorm) has "the router chose the same experts but their weights differ" "(j) $MOE: router weights differ" ;;
+      moe-topk-next) has "the router chose differently" "(j) $MOE: router ids differ" ;;
+      *) has "the router agrees" "(j) $MOE $FAULT: router agrees, the experts' sum differs" ;;
+    esac
+  done
+done
+for FAULT in moe-no-renorm moe-gate-drop; do
+  run 0 "(j) dense $NAME: $FAULT does not apply" --golden "$ONE" --filter "$F_DYN" --inject-fault "$FAULT"
+  hasnt "MoE block" "(j) dense: no MoE diagnosis"
+done
+
 echo "test_faults.sh: $fails failure(s)"
 [ "$fails" -eq 0 ]
