@@ -47,6 +47,13 @@ typedef struct {
     int has_decode_logits;
     float *decode_logits;     /* [S, V] */
     qc_golden_state decode_state;
+    /* MoE router choices (golden/SCHEMA.md "MoE"; NULL when absent, always for a dense model):
+     * ids [L, rows, k] in the order written, weights (NULL when absent) likewise; margins are
+     * the golden's and not read */
+    int32_t *prefill_topk_ids;    /* [L, T, k] */
+    float *prefill_topk_weights;  /* [L, T, k] */
+    int32_t *decode_topk_ids;     /* [L, S, k] */
+    float *decode_topk_weights;   /* [L, S, k] */
     int conv_cols;            /* columns of the conv states read: K, or K-1 (llama.cpp);
                                  0: none read */
     int n_conv_k1;            /* conv states read with K-1 columns */

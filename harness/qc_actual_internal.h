@@ -50,4 +50,11 @@ qc_status ac_kv(const ac_ctx *c, qc_actual_case *ac, qc_layout layout, hid_t loc
 qc_status ac_ids(const ac_ctx *c, qc_actual_case *ac, qc_layout layout, hid_t loc,
                  const char *locpath, const char *rel, int32_t **out, int *n);
 
+/* qc_actual_moe.c: the optional <gpath>/router/{topk_ids, topk_weights} of a MoE model's
+ * prefill / decode group grp (rows = T or S) into *ids / *w (NULL when absent; the router
+ * group of a dense model's ACTUAL is ignored). Layout-neutral: [L, rows, k] under any
+ * --layout, not counted in the layout row. */
+qc_status ac_router(const ac_ctx *c, hid_t grp, const char *gpath, const qc_config *cfg,
+                    int rows, int32_t **ids, float **w);
+
 #endif /* QC_ACTUAL_INTERNAL_H */

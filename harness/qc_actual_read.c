@@ -161,6 +161,8 @@ static void ac_case_free(const qc_config *cfg, qc_actual_case *ac) {
     free(ac->prefill_logits);
     free(ac->prefill_hidden);
     free(ac->decode_logits);
+    free(ac->prefill_topk_ids), free(ac->prefill_topk_weights);
+    free(ac->decode_topk_ids), free(ac->decode_topk_weights);
     qc_golden_state_free(cfg, &ac->prefill_state);
     qc_golden_state_free(cfg, &ac->decode_state);
     qc_actual_case keep = *ac; /* the name and the layout counts stay */
@@ -205,6 +207,9 @@ static qc_status ac_case_from(const ac_ctx *c, qc_actual *a, qc_actual_case *ac,
         goto done;
     if ((st = ac_state(c, ac, a->layout, pg, ppath, cfg, (int)(P + T), &ac->prefill_state)))
         goto done;
+    if ((st = ac_router(c, pg, ppath, cfg, (int)T, &ac->prefill_topk_ids,
+                        &ac->prefill_topk_weights)))
+        goto done;
     if ((dg = gio_group_if(g, "decode")) >= 0) {
         if ((st = ac_ids(c, ac, a->layout, dg, dpath, "tokens", &ac->decode_tokens,
                          &ac->n_decode_tokens)))
@@ -223,6 +228,9 @@ static qc_status ac_case_from(const ac_ctx *c, qc_actual *a, qc_actual_case *ac,
         ac->has_decode_logits = ac->decode_logits != NULL;
         if (S > 0 &&
             (st = ac_state(c, ac, a->layout, dg, dpath, cfg, (int)(P + T + S), &ac->decode_state)))
+            goto done;
+        if (S > 0 && (st = ac_router(c, dg, dpath, cfg, (int)S, &ac->decode_topk_ids,
+                                     &ac->decode_topk_weights)))
             goto done;
     }
 done:

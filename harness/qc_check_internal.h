@@ -281,6 +281,13 @@ void ck_moecap_free(ck_moecap *mc);
 /* Store one "moe_in" / "router_topk" trace call (other names ignored). */
 void ck_moecap_feed(ck_moecap *mc, int index, const char *name, int start_pos, int n_tokens,
                     int dim, const float *data);
+/* The capture as out's router datasets (record): prefill_topk_ids / _weights [L, T, k] from
+ * rows [0, T), decode_* [L, S, k] from the rest, and prefill_moe_in / decode_moe_in when
+ * with_in and traced for every row. Nothing is set when some row has no router_topk trace.
+ * QC_OK, QC_ERR_OOM, or QC_ERR_RUNTIME for a malformed trace (a wrong width or layer, an id that
+ * is not a distinct integer in [0, E)); what was set is freed with the case. */
+qc_status ck_moecap_export(const ck_moecap *mc, int E, int T, int with_in, qc_golden_case *out,
+                           qc_err *err);
 /* The router_topk row of one run (backend, mode) against the golden's router datasets. */
 void ck_check_router(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, const char *backend,
                      const char *mode, const char *loc);

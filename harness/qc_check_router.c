@@ -107,6 +107,56 @@ static void cap_ids(const ck_moecap *mc, int l, int row, int E, int32_t *out) {
     }
 }
 
+/* One block of rows [off, off + rows) of the capture: ids / weights [L, rows, K] (ids checked:
+ * integers in [0, E), distinct per row) and moe_in [L, rows, H] when with_in and traced. */
+static qc_status export_rows(const ck_moecap *mc, int E, int off, int rows, int with_in,
+                             int32_t **ids, float **w, float **in, qc_err *err) {
+    const int L = mc->L, K = mc->K, H = mc->H;
+    size_t n = (size_t)L * (size_t)rows, all_in = 1;
+    for (int l = 0; l < L; l++)
+        for (int r = 0; r < rows; r++) all_in &= mc->seen_in[(size_t)l * mc->n + off + r];
+    *ids = malloc((n ? n : 1) * (size_t)K * sizeof **ids);
+    *w = malloc((n ? n : 1) * (size_t)K * sizeof **w);
+    if (with_in && all_in) *in = malloc((n ? n : 1) * (size_t)H * sizeof **in);
+    if (!*ids || !*w || (with_in && all_in && !*in))
+        return qc_errf(err, QC_ERR_OOM, "router capture: out of memory");
+    for (int l = 0; l < L; l++)
+        for (int r = 0; r < rows; r++) {
+            size_t cr = (size_t)l * mc->n + off + r, o = (size_t)l * rows + r;
+            const float *tk = mc->topk + cr * 2 * K;
+            cap_ids(mc, l, off + r, E, *ids + o * K);
+            memcpy(*w + o * K, tk + K, (size_t)K * sizeof **w);
+            for (int j = 0; j < K; j++) {
+                int32_t id = (*ids)[o * K + j];
+                if (id < 0 || find_id(*ids + o * K, j, id) >= 0)
+                    return qc_errf(err, QC_ERR_RUNTIME, "router_topk trace: layer %d, position "
+                                   "%d: %s %g (experts are distinct integer ids in [0, %d))", l,
+                                   mc->lo + off + r, id < 0 ? "expert id" : "expert chosen twice:",
+                                   (double)tk[j], E);
+            }
+            if (*in) memcpy(*in + o * H, mc->moe_in + cr * H, (size_t)H * sizeof **in);
+        }
+    return QC_OK;
+}
+
+qc_status ck_moecap_export(const ck_moecap *mc, int E, int T, int with_in, qc_golden_case *out,
+                           qc_err *err) {
+    if (mc->bad)
+        return qc_errf(err, QC_ERR_RUNTIME, "a moe_in / router_topk trace call had a width other "
+                       "than H = %d / 2k = %d or a layer index outside 0..%d", mc->H, 2 * mc->K,
+                       mc->L - 1);
+    size_t n = (size_t)mc->L * mc->n;
+    for (size_t i = 0; i < n; i++)
+        if (!mc->seen_tk[i]) return QC_OK; /* not traced for every row: left out */
+    const int S = mc->n - T;
+    qc_status st = export_rows(mc, E, 0, T, with_in, &out->prefill_topk_ids,
+                               &out->prefill_topk_weights, &out->prefill_moe_in, err);
+    if (!st && S > 0)
+        st = export_rows(mc, E, T, S, with_in, &out->decode_topk_ids, &out->decode_topk_weights,
+                         &out->decode_moe_in, err);
+    return st;
+}
+
 void ck_router_tally_init(ck_router_tally *t, double threshold) {
     memset(t, 0, sizeof *t);
     t->threshold = threshold;

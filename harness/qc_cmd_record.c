@@ -32,6 +32,7 @@
 #include "qc_cmd_record_internal.h"
 #include "qc_golden.h"
 #include "qc_outpath.h"
+#include "qc_record_moe.h"
 #include "qc_registry.h"
 #include "qc_runcase.h"
 
@@ -76,7 +77,8 @@ static void record_usage(FILE *f) {
             "                                   existing file, e.g. a golden, is refused)\n"
             "Writes a golden (HDF5 schema v1): the prompt's logits at every position, per-layer\n"
             "hidden states, the state after prefill, N greedy decode steps and the state after\n"
-            "them. max_context_len defaults to prompt + decode when neither the flags nor the\n"
+            "them; for a MoE model the router's choices (prefill/router, decode/router: top-k ids\n"
+            "and weights, no margins) and moe_in, from the backend's trace hook. max_context_len defaults to prompt + decode when neither the flags nor the\n"
             "profile set it.\n%s", qc_outpath_help);
 }
 
@@ -414,6 +416,8 @@ static qc_status make_backend(const record_args *a, one_run *r, qc_err *err) {
     rq.n_logit_rows = r->n_tokens + a->n_decode;
     rq.nokv = qc_profile_mode(&r->prof) == QC_MODE_NOKV;
     rq.n_hidden_tokens = a->no_hidden ? 0 : r->n_tokens;
+    if (qc_cfg_is_moe(&r->model->cfg) && !a->no_hidden) /* moe_in [L, T + S, H] */
+        rq.n_hidden_tokens += r->n_tokens + a->n_decode;
     rq.n_state_copies = a->n_decode > 0 ? 2 : 1;
     if ((st = qc_memplan_enforce(&rq, a->max_memory, "memory", &r->plan, err))) return st;
     if ((st = qc_record_make_backend(a, a->model, r->model, &o, &r->be, err))) return st;
@@ -432,7 +436,9 @@ static qc_status run_and_write(const record_args *a, one_run *r, qc_err *err) {
     in.n_decode = a->n_decode;
     in.forced = r->forced;
     in.capture_hidden = !a->no_hidden;
-    qc_status st = qc_run_case(r->be, &r->prof, a->case_name, &in, &r->gc, err);
+    /* a MoE model: the router's choices too (prefill/router, decode/router, moe_in) */
+    qc_status st = qc_record_run_case(r->be, &r->prof, a->case_name, &in, !a->no_hidden,
+                                      &r->gc, err);
     if (st) return st;
     r->have_case = 1;
     char pstr[128];
@@ -459,6 +465,9 @@ static void print_summary(const record_args *a, const one_run *r) {
     printf("%s: wrote %s: case %s, %s%d prompt tokens, %d decode steps", PROG, a->out,
            gc->name, r->hist_txt, r->n_tokens, a->n_decode);
     if (gc->n_decode > 0) printf(" (min top1-top2 margin %.4g)", (double)min_margin);
+    if (qc_record_has_router(gc))
+        printf(", router top-%d choices of %d layers", r->model->cfg.n_experts_per_tok,
+               r->model->cfg.n_layers);
     printf(", %s, %s\n", qc_cli_profile_str(&r->prof, pstr, sizeof pstr),
            r->be->describe ? r->be->describe(r->be) : r->be->name);
     printf("%s: memory: peak resident %.2f GiB (planned %.2f GiB)\n", PROG,

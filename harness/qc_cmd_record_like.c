@@ -7,7 +7,9 @@
  * case's max_seq_len, 128 when absent), --static or --no-kv-cache, max_context_len = what the
  * case needs (at least its max_seq_len), as `check` runs it. The model is the golden's
  * model_path unless --model names another directory. A backend without the hidden capability
- * writes no prefill/hidden, one without state_read no state groups (diff then SKIPs those). The output's provenance is the model's
+ * writes no prefill/hidden, one without state_read no state groups (diff then SKIPs those);
+ * a MoE model's router choices (prefill/router, decode/router: ids and weights) are written
+ * when the backend traces them (qc_record_moe.c), for diff's router_topk. The output's provenance is the model's
  * (its hashes and config.json), so diff also compares them with the golden's.
  *
  * Errors: usage / I/O / format → exit 2 naming the file and the field; a runtime under test
@@ -23,6 +25,7 @@
 #include "qc_cli.h"
 #include "qc_cmd_record_internal.h"
 #include "qc_outpath.h"
+#include "qc_record_moe.h"
 #include "qc_registry.h"
 #include "qc_runcase.h"
 
@@ -100,6 +103,8 @@ static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
     rq.n_logit_rows = rows;
     rq.nokv = r->mode == QC_MODE_NOKV;
     rq.n_hidden_tokens = a->no_hidden ? 0 : hidden;
+    if (qc_cfg_is_moe(&r->model->cfg) && !a->no_hidden) /* moe_in [L, T + S, H] */
+        rq.n_hidden_tokens += rows;
     rq.n_state_copies = copies;
     if ((st = qc_memplan_enforce(&rq, a->max_memory, "memory", &r->plan, err))) return st;
     if ((st = qc_record_make_backend(a, r->model_dir, r->model, &o, &r->be, err))) return st;
@@ -130,7 +135,7 @@ static qc_status like_run_case(const record_args *a, like_run *r, int i, qc_err 
     qc_profile p;
     case_profile(gc, r->mode, &p);
     qc_golden_case *out = &r->cases[i];
-    st = qc_run_case(r->be, &p, gc->name, &in, out, err);
+    st = qc_record_run_case(r->be, &p, gc->name, &in, in.capture_hidden, out, err);
     if (st) {
         qc_err_prefix(err, st, "%s: case %s (%s prefill)", a->like, gc->name,
                       qc_mode_str(r->mode));
@@ -182,10 +187,13 @@ int qc_record_like(const record_args *a) {
     }
     if (!st) {
         int hid = !a->no_hidden && (r.be->caps & QC_BE_CAP_HIDDEN);
+        const char *moe = !qc_cfg_is_moe(&r.model->cfg) ? ""
+                          : r.g->n_cases > 0 && qc_record_has_router(&r.cases[0])
+                              ? ", router choices" : ", no router choices (no router_topk trace)";
         printf("%s: wrote %s: %d case%s of %s on their inputs (%s prefill, teacher-forced "
-               "decode%s%s), %s\n", PROG, a->out, r.g->n_cases, r.g->n_cases == 1 ? "" : "s",
+               "decode%s%s%s), %s\n", PROG, a->out, r.g->n_cases, r.g->n_cases == 1 ? "" : "s",
                a->like, qc_mode_str(r.mode), hid ? "" : ", no hidden states",
-               r.be->caps & QC_BE_CAP_STATE_READ ? "" : ", no states (no state_read)",
+               r.be->caps & QC_BE_CAP_STATE_READ ? "" : ", no states (no state_read)", moe,
                r.be->describe ? r.be->describe(r.be) : r.be->name);
         printf("%s: memory: peak resident %.2f GiB (planned %.2f GiB)\n", PROG,
                qc_memplan_gib(qc_memplan_peak_rss()), qc_memplan_gib(r.plan.total));

@@ -443,6 +443,7 @@ void qd_case(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_cas
     s.logits_stats = 0;
     qd_state_rows(c, &s, pl, "prefill", &ac->prefill_state, &gc->prefill_state, ac, NULL, sc);
     if (gc->n_decode > 0) qd_decode(c, &s, pl, gc, ac, n_dec, prefill_v, sc);
+    if (qc_cfg_is_moe(c->cfg)) qd_router(c, d, gc, ac); /* dense: one SKIP per file (qd_file) */
     qd_scratch_free(sc);
     free(sc);
     free(pl);

@@ -297,6 +297,9 @@ void qd_file(ctx *c, diff_opts *d, const char *gpath, const char *apath, const c
         snprintf(key, sizeof key, "layout %s", lay);
         ck_emit_simple(c, "_file", d->label, "file", "layout", QC_VERDICT_PASS, key, NULL);
     }
+    if (loaded && !qc_cfg_is_moe(&g->cfg)) /* a MoE model: one router_topk row per case */
+        ck_emit_simple(c, "_file", d->label, "file", "router_topk", QC_VERDICT_SKIP,
+                       "a dense model: no router", NULL);
 out:
     qc_actual_free(a, &g->cfg);
     c->g = NULL;

@@ -2,6 +2,7 @@
  *   qc_cmd_diff.c     the command line, file / directory pairing, the report
  *   qc_diff_file.c    one GOLDEN x ACTUAL pair: provenance, coverage, the cases
  *   qc_diff_checks.c  the checks of one case (inputs, logits, argmax, hidden, states, decode)
+ *   qc_diff_router.c  router_topk of one case (MoE)
  *   qc_actual_read.c  reading the ACTUAL file (qc_actual.h)
  */
 #ifndef QC_DIFF_INTERNAL_H
@@ -27,5 +28,10 @@ void qd_file(ctx *c, diff_opts *d, const char *golden_path, const char *actual_p
 /* The checks of one case: golden case gc (loaded) against ACTUAL case ac (loaded). */
 void qd_case(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
              const qc_actual_case *ac);
+
+/* qc_diff_router.c: the router_topk row of one case (a MoE model's router choices; decode
+ * rows up to the first decode token that left the golden's path). SKIPPED with the reason
+ * when either file has no router datasets (or the model is dense: qd_file, once per file). */
+void qd_router(ctx *c, const diff_opts *d, const qc_golden_case *gc, const qc_actual_case *ac);
 
 #endif /* QC_DIFF_INTERNAL_H */

@@ -1,6 +1,7 @@
 /* qc_golden_moe.c — the golden reader's MoE part (golden/SCHEMA.md "MoE"): per case the optional
  * router datasets prefill/router/{topk_ids, topk_weights, margins} and prefill/moe_in (the same
- * under decode/), and the root attribute router_margin_threshold. Dense goldens have none of
+ * under decode/), and the root attribute router_margin_threshold. margins may be absent (a
+ * file written by `qwen-conform record`: no flip then counts as a near-tie). Dense goldens have none of
  * them; a dense golden that carries them is refused (its router cannot be checked against a
  * model without experts). Shapes are checked against the config before anything is read, and
  * the values when they are: ids in [0, E) and distinct within a row, weights and margins finite,
@@ -71,7 +72,11 @@ qc_status gio_moe_meta(const gio_ctx *c, const qc_config *cfg, hid_t grp, const 
     if (r_here) {
         long long wk[3] = {L, rows, K}, wm[2] = {L, rows};
         if ((st = gio_probe_dataset(c, grp, gpath, "router/topk_ids", 0, 3, wk, dims, NULL)) ||
-            (st = gio_probe_dataset(c, grp, gpath, "router/topk_weights", 1, 3, wk, dims, NULL)) ||
+            (st = gio_probe_dataset(c, grp, gpath, "router/topk_weights", 1, 3, wk, dims, NULL)))
+            return st;
+        /* margins: optional here (a file from `qwen-conform record` has none: a C backend
+         * traces no router probabilities); validate.py requires them of a golden */
+        if (gio_link_exists(grp, "router/margins") &&
             (st = gio_probe_dataset(c, grp, gpath, "router/margins", 1, 2, wm, dims, NULL)))
             return st;
         *has_router = 1;
@@ -119,7 +124,7 @@ static qc_status check_router(const gio_ctx *c, const qc_config *cfg, const char
                                        "%d chosen twice at (%d, %d)", c->file, gpath,
                                        (int)row[j], l, r);
             }
-            if (margins[(size_t)l * rows + r] < 0)
+            if (margins && margins[(size_t)l * rows + r] < 0)
                 return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s/router/margins: %g at (%d, %d) is "
                                "negative (p_k - p_k+1 of probabilities sorted descending)",
                                c->file, gpath, margins[(size_t)l * rows + r], l, r);
@@ -137,7 +142,9 @@ qc_status gio_moe_load(const gio_ctx *c, const qc_config *cfg, hid_t grp, const 
         long long wk[3] = {L, rows, K}, wm[2] = {L, rows};
         if ((st = gio_read_dataset(c, grp, gpath, "router/topk_ids", 0, 3, wk, (void **)ids)) ||
             (st = gio_read_dataset(c, grp, gpath, "router/topk_weights", 1, 3, wk, (void **)w)) ||
-            (st = gio_read_dataset(c, grp, gpath, "router/margins", 1, 2, wm, (void **)margins)) ||
+            (gio_link_exists(grp, "router/margins") &&
+             (st = gio_read_dataset(c, grp, gpath, "router/margins", 1, 2, wm,
+                                    (void **)margins))) ||
             (st = check_router(c, cfg, gpath, rows, *ids, *margins)))
             goto fail;
     }

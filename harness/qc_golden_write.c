@@ -211,6 +211,31 @@ static qc_status write_state(const wr_ctx *w, const qc_config *cfg, hid_t parent
     return st;
 }
 
+/* MoE (golden/SCHEMA.md "MoE"): <ppath>/router/{topk_ids, topk_weights, margins} [L, rows, k]
+ * / [L, rows] and <ppath>/moe_in [L, rows, H], each only when present (a C backend traces no
+ * router probabilities: no margins). */
+static qc_status write_moe(const wr_ctx *w, const qc_config *cfg, hid_t parent,
+                           const char *ppath, int rows, const int32_t *ids, const float *wts,
+                           const float *margins, const float *moe_in) {
+    qc_status st = QC_OK;
+    const hsize_t L = (hsize_t)cfg->n_layers, R = (hsize_t)rows,
+                  K = (hsize_t)cfg->n_experts_per_tok, H = (hsize_t)cfg->hidden_size;
+    hsize_t dk[3] = {L, R, K}, dm[2] = {L, R}, di[3] = {L, R, H};
+    if (!qc_cfg_is_moe(cfg)) return QC_OK;
+    if (ids) {
+        char rpath[300];
+        hid_t rg = H5I_INVALID_HID;
+        snprintf(rpath, sizeof rpath, "%s/router", ppath);
+        if ((st = make_group(w, parent, "router", rpath, &rg))) return st;
+        st = write_dataset(w, rg, rpath, "topk_ids", 0, 3, dk, ids);
+        if (!st && wts) st = write_dataset(w, rg, rpath, "topk_weights", 1, 3, dk, wts);
+        if (!st && margins) st = write_dataset(w, rg, rpath, "margins", 1, 2, dm, margins);
+        CLOSE_G(rg);
+    }
+    if (!st && moe_in) st = write_dataset(w, parent, ppath, "moe_in", 1, 3, di, moe_in);
+    return st;
+}
+
 static qc_status write_case(const wr_ctx *w, const qc_config *cfg, hid_t cases_g,
                             const qc_golden_case *gc) {
     qc_status st = QC_OK;
@@ -265,6 +290,10 @@ static qc_status write_case(const wr_ctx *w, const qc_config *cfg, hid_t cases_g
         }
         if ((st = write_state(w, cfg, pg, ppath, &gc->prefill_state))) goto done;
     }
+    if ((st = write_moe(w, cfg, pg, ppath, gc->n_tokens, gc->prefill_topk_ids,
+                        gc->prefill_topk_weights, gc->prefill_router_margins,
+                        gc->prefill_moe_in)))
+        goto done;
 
     if (gc->n_decode > 0) {
         const hsize_t S = (hsize_t)gc->n_decode;
@@ -286,6 +315,10 @@ static qc_status write_case(const wr_ctx *w, const qc_config *cfg, hid_t cases_g
             }
             if ((st = write_state(w, cfg, dg, dpath, &gc->decode_state))) goto done;
         }
+        if ((st = write_moe(w, cfg, dg, dpath, gc->n_decode, gc->decode_topk_ids,
+                            gc->decode_topk_weights, gc->decode_router_margins,
+                            gc->decode_moe_in)))
+            goto done;
     }
 done:
     CLOSE_G(dg);

@@ -1,0 +1,82 @@
+/* qc_record_moe.c — `record` of a MoE model: the case run with its router choices captured
+ * (qc_record_moe.h). The backend traces "moe_in" and "router_topk" rows through the same hook as
+ * the hidden states ("hidden"); qc_run_case's own hidden capture drops them, so here the
+ * checker's capture (qc_check_compare.c ck_hcap_cb, qc_check_router.c ck_moecap) is installed
+ * for the whole case instead and its rows are handed over to the result.
+ */
+#include "qc_record_moe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc_check_internal.h"
+
+int qc_record_has_router(const qc_golden_case *out) {
+    return out->prefill_topk_ids != NULL;
+}
+
+/* The hidden rows the capture holds: every one of [L+1, T], each of width H (as qc_run_case
+ * requires of a backend asked for them). */
+static qc_status hidden_complete(const hcap *hc, const qc_backend *be, const char *name,
+                                 qc_err *err) {
+    size_t n_all = (size_t)hc->L1 * hc->T, n_seen = 0;
+    for (size_t i = 0; i < n_all; i++) n_seen += hc->seen[i];
+    if (hc->bad || n_seen != n_all)
+        return qc_errf(err, QC_ERR_UNSUPPORTED, "case %s: backend %s: trace hook reported %zu "
+                       "of %zu hidden rows%s", name, be->name, n_seen, n_all,
+                       hc->bad ? " (a row of the wrong width or an index outside 0..L)" : "");
+    return QC_OK;
+}
+
+qc_status qc_record_run_case(qc_backend *be, const qc_profile *profile, const char *name,
+                             const qc_case_input *in, int with_in, qc_golden_case *out,
+                             qc_err *err) {
+    const qc_config *cfg = &be->model->cfg;
+    if (!qc_cfg_is_moe(cfg) || !(be->caps & QC_BE_CAP_HIDDEN) || in->n_tokens < 1)
+        return qc_run_case(be, profile, name, in, out, err);
+    qc_case_input in2 = *in;
+    in2.capture_hidden = 0; /* captured here, with the router rows */
+    qc_golden_case shape;
+    memset(&shape, 0, sizeof shape);
+    shape.start_pos = in->n_history > 0 ? in->n_history : 0;
+    shape.n_tokens = in->n_tokens;
+    shape.n_decode = in->n_decode > 0 ? in->n_decode : 0;
+    const int L = cfg->n_layers, T = in->n_tokens, H = cfg->hidden_size;
+    ck_moecap mc;
+    hcap hc;
+    memset(&hc, 0, sizeof hc);
+    if (ck_moecap_init(&mc, cfg, &shape))
+        return qc_errf(err, QC_ERR_OOM, "case %s: out of memory (router capture)", name);
+    hc.moe = &mc;
+    if (in->capture_hidden) {
+        hc.hidden = calloc((size_t)(L + 1) * T * H, sizeof(float));
+        hc.seen = calloc((size_t)(L + 1) * T, 1);
+        hc.L1 = L + 1, hc.T = T, hc.H = H, hc.lo = shape.start_pos;
+        if (!hc.hidden || !hc.seen) {
+            free(hc.hidden), free(hc.seen);
+            ck_moecap_free(&mc);
+            return qc_errf(err, QC_ERR_OOM, "case %s: out of memory (hidden-state capture)",
+                           name);
+        }
+    }
+    qc_trace_fn saved_fn = be->opts.trace;
+    void *saved_user = be->opts.trace_user;
+    be->opts.trace = ck_hcap_cb;
+    be->opts.trace_user = &hc;
+    qc_status st = qc_run_case(be, profile, name, &in2, out, err);
+    be->opts.trace = saved_fn;
+    be->opts.trace_user = saved_user;
+    if (!st) {
+        if (in->capture_hidden && !(st = hidden_complete(&hc, be, name, err))) {
+            out->prefill_hidden = hc.hidden; /* handed over */
+            hc.hidden = NULL;
+        }
+        if (!st && (st = ck_moecap_export(&mc, cfg->n_experts, T, with_in, out, err)))
+            qc_err_prefix(err, st, "case %s: backend %s", name, be->name);
+        if (st) qc_case_free(cfg, out);
+    }
+    free(hc.hidden), free(hc.seen);
+    ck_moecap_free(&mc);
+    return st;
+}
