@@ -118,20 +118,12 @@ static qc_status load_all(const gio_ctx *c, qc_golden *g, hid_t f) {
     return QC_OK;
 }
 
-static qc_status open_impl(const char *path, int load, qc_golden **out, qc_err *err) {
-    qc_status st = QC_OK;
-    hid_t f = H5I_INVALID_HID, root = H5I_INVALID_HID, cases = H5I_INVALID_HID;
-    hid_t fapl = H5I_INVALID_HID;
-    name_list nl = {0};
-    char h5msg[300];
-    gio_ctx c = {path, err, GIO_ATTR_PATH};
-    *out = NULL;
-    gio_h5_quiet();
-
-    struct stat sb;
-    if (stat(path, &sb) != 0)
+/* The file checks before HDF5 opens it: present, a regular readable file, HDF5. sb receives
+ * its stat. */
+static qc_status check_file(const char *path, struct stat *sb, qc_err *err) {
+    if (stat(path, sb) != 0)
         return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
+    if (!S_ISREG(sb->st_mode))
         return qc_errf(err, QC_ERR_IO, "%s: not a regular file", path);
     if (access(path, R_OK) != 0)
         return qc_errf(err, QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -140,74 +132,66 @@ static qc_status open_impl(const char *path, int load, qc_golden **out, qc_err *
         H5Eclear2(H5E_DEFAULT);
         return qc_errf(err, QC_ERR_FORMAT, "%s: not an HDF5 file", path);
     }
+    return QC_OK;
+}
 
-    qc_golden *g = calloc(1, sizeof *g);
-    if (!g) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
-    snprintf(g->path, sizeof g->path, "%s", path);
-    g->file_dev = (uint64_t)sb.st_dev;
-    g->file_ino = (uint64_t)sb.st_ino;
-    g->file_size = (uint64_t)sb.st_size;
-    g->file_mtime_ns = mtime_ns(&sb);
-
-    fapl = read_fapl();
-    f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    if (f < 0) {
-        st = qc_errf(err, QC_ERR_HDF5, "%s: cannot open: %s", path,
-                     gio_h5_errdesc(h5msg, sizeof h5msg));
-        goto done;
-    }
-    root = H5Gopen2(f, "/", H5P_DEFAULT);
-    if (root < 0) goto h5fail;
-
-    /* provenance */
+/* The provenance attributes of the root group (path c->file) into g: schema version,
+ * generator, hashes, the config (parsed), the model directory, the MoE root attribute. */
+static qc_status read_provenance(const gio_ctx *c, qc_golden *g, hid_t root) {
+    const char *path = c->file;
+    qc_err *err = c->err;
+    qc_status st;
     int64_t v = 0;
-    if ((st = gio_attr_int(&c, root, "/", "schema_version", 1, &v, NULL))) goto done;
-    if (v != QC_GOLDEN_SCHEMA_VERSION) {
-        st = qc_errf(err, QC_ERR_FORMAT, "%s: /schema_version: %lld is not supported (this "
-                     "reader handles schema %d)", path, (long long)v, QC_GOLDEN_SCHEMA_VERSION);
-        goto done;
-    }
+    if ((st = gio_attr_int(c, root, "/", "schema_version", 1, &v, NULL))) return st;
+    if (v != QC_GOLDEN_SCHEMA_VERSION)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: /schema_version: %lld is not supported (this "
+                       "reader handles schema %d)", path, (long long)v, QC_GOLDEN_SCHEMA_VERSION);
     g->schema_version = (int)v;
-    if ((st = gio_attr_buf(&c, root, "/", "generator", 1, g->generator,
+    if ((st = gio_attr_buf(c, root, "/", "generator", 1, g->generator,
                               sizeof g->generator)))
-        goto done;
-    if ((st = gio_attr_buf(&c, root, "/", "torch_version", 1, g->torch_version,
+        return st;
+    if ((st = gio_attr_buf(c, root, "/", "torch_version", 1, g->torch_version,
                               sizeof g->torch_version)))
-        goto done;
-    if ((st = gio_attr_int(&c, root, "/", "seed", 1, &g->seed, NULL))) goto done;
-    if ((st = gio_attr_buf(&c, root, "/", "compute_dtype", 1, g->compute_dtype,
+        return st;
+    if ((st = gio_attr_int(c, root, "/", "seed", 1, &g->seed, NULL))) return st;
+    if ((st = gio_attr_buf(c, root, "/", "compute_dtype", 1, g->compute_dtype,
                               sizeof g->compute_dtype)))
-        goto done;
-    if ((st = gio_attr_buf(&c, root, "/", "model_path", 1, g->model_path,
+        return st;
+    if ((st = gio_attr_buf(c, root, "/", "model_path", 1, g->model_path,
                               sizeof g->model_path)))
-        goto done;
-    if ((st = gio_attr_buf(&c, root, "/", "config_sha256", 1, g->config_sha256,
+        return st;
+    if ((st = gio_attr_buf(c, root, "/", "config_sha256", 1, g->config_sha256,
                               sizeof g->config_sha256)))
-        goto done;
-    if ((st = gio_attr_buf(&c, root, "/", "weights_sha256", 1, g->weights_sha256,
+        return st;
+    if ((st = gio_attr_buf(c, root, "/", "weights_sha256", 1, g->weights_sha256,
                               sizeof g->weights_sha256)))
-        goto done;
-    if (!valid_sha(g->config_sha256) || !valid_sha(g->weights_sha256)) {
-        st = qc_errf(err, QC_ERR_FORMAT, "%s: /%s: not a hex SHA-256", path,
-                     valid_sha(g->config_sha256) ? "weights_sha256" : "config_sha256");
-        goto done;
-    }
-    if ((st = gio_attr_str(&c, root, "/", "config_json", 1, &g->config_json))) goto done;
+        return st;
+    if (!valid_sha(g->config_sha256) || !valid_sha(g->weights_sha256))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: /%s: not a hex SHA-256", path,
+                       valid_sha(g->config_sha256) ? "weights_sha256" : "config_sha256");
+    if ((st = gio_attr_str(c, root, "/", "config_json", 1, &g->config_json))) return st;
     {
         char where[1100];
         snprintf(where, sizeof where, "%s: /config_json", path);
         if ((st = qc_config_parse(g->config_json, strlen(g->config_json), where, &g->cfg, err)))
-            goto done;
+            return st;
     }
     resolve_model_dir(path, g->model_path, g->model_dir, sizeof g->model_dir);
     /* MoE: optional (qc_golden_moe.c) */
-    if ((st = gio_moe_root(&c, root, &g->router_margin_threshold))) goto done;
+    return gio_moe_root(c, root, &g->router_margin_threshold);
+}
 
-    /* cases, sorted by name: metadata only */
-    if (!gio_path_exists(f, "cases")) {
-        st = qc_errf(err, QC_ERR_MISSING, "%s: /cases: missing group", path);
-        goto done;
-    }
+/* The cases of the open file f, sorted by name: metadata only, into g (its arrays allocated,
+ * n_cases set). */
+static qc_status read_cases(const gio_ctx *c, qc_golden *g, hid_t f) {
+    const char *path = c->file;
+    qc_err *err = c->err;
+    qc_status st = QC_OK;
+    hid_t cases = H5I_INVALID_HID;
+    name_list nl = {0};
+    char h5msg[300];
+    if (!gio_path_exists(f, "cases"))
+        return qc_errf(err, QC_ERR_MISSING, "%s: /cases: missing group", path);
     cases = H5Gopen2(f, "cases", H5P_DEFAULT);
     if (cases < 0) goto h5fail;
     hsize_t idx = 0;
@@ -229,9 +213,8 @@ static qc_status open_impl(const char *path, int load, qc_golden **out, qc_err *
     }
     g->n_cases = nl.n;
     for (int i = 0; i < nl.n; i++)
-        if ((st = gio_read_case_meta(&c, &g->cfg, cases, nl.names[i], &g->cases[i], &g->meta[i])))
+        if ((st = gio_read_case_meta(c, &g->cfg, cases, nl.names[i], &g->cases[i], &g->meta[i])))
             goto done;
-    if (load) st = load_all(&c, g, f);
     goto done;
 h5fail:
     st = qc_errf(err, QC_ERR_HDF5, "%s: %s", path, gio_h5_errdesc(h5msg, sizeof h5msg));
@@ -239,6 +222,45 @@ done:
     for (int i = 0; i < nl.n; i++) free(nl.names[i]);
     free(nl.names);
     CLOSE_G(cases);
+    return st;
+}
+
+static qc_status open_impl(const char *path, int load, qc_golden **out, qc_err *err) {
+    qc_status st = QC_OK;
+    hid_t f = H5I_INVALID_HID, root = H5I_INVALID_HID;
+    hid_t fapl = H5I_INVALID_HID;
+    char h5msg[300];
+    gio_ctx c = {path, err, GIO_ATTR_PATH};
+    *out = NULL;
+    gio_h5_quiet();
+
+    struct stat sb;
+    if ((st = check_file(path, &sb, err))) return st;
+
+    qc_golden *g = calloc(1, sizeof *g);
+    if (!g) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    snprintf(g->path, sizeof g->path, "%s", path);
+    g->file_dev = (uint64_t)sb.st_dev;
+    g->file_ino = (uint64_t)sb.st_ino;
+    g->file_size = (uint64_t)sb.st_size;
+    g->file_mtime_ns = mtime_ns(&sb);
+
+    fapl = read_fapl();
+    f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (f < 0) {
+        st = qc_errf(err, QC_ERR_HDF5, "%s: cannot open: %s", path,
+                     gio_h5_errdesc(h5msg, sizeof h5msg));
+        goto done;
+    }
+    root = H5Gopen2(f, "/", H5P_DEFAULT);
+    if (root < 0) {
+        st = qc_errf(err, QC_ERR_HDF5, "%s: %s", path, gio_h5_errdesc(h5msg, sizeof h5msg));
+        goto done;
+    }
+    if ((st = read_provenance(&c, g, root))) goto done;
+    if ((st = read_cases(&c, g, f))) goto done;
+    if (load) st = load_all(&c, g, f);
+done:
     CLOSE_G(root);
     if (fapl != H5P_DEFAULT) CLOSE_P(fapl);
     if (f >= 0) {

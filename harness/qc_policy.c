@@ -199,6 +199,111 @@ static qc_status parse_override(const cJSON *o, int idx, const char *path, overr
     return QC_OK;
 }
 
+/* The top level of a policy document: an object, schema_version 1, only known keys; the
+ * free texts (description, measurements: copied into p; source) must be strings. */
+static qc_status parse_top_level(const cJSON *root, const char *path, qc_policy *p,
+                                 qc_err *err) {
+    if (!cJSON_IsObject(root))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: top level must be an object", path);
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(root, "schema_version");
+    if (!cJSON_IsNumber(sv) || sv->valuedouble != 1.0)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: schema_version must be 1", path);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        static const char *const known[] = {"schema_version", "description", "measurements",
+                                            "defaults",       "backends",    "overrides",
+                                            "tie_margin",     "comment",     "source"};
+        int ok = 0;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(it->string, known[k]);
+        if (!ok)
+            return qc_errf(err, QC_ERR_FORMAT, "%s: unknown top-level key \"%s\"", path,
+                           it->string);
+    }
+    static const char *const texts[] = {"description", "measurements", "source"};
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, texts[k]);
+        if (t && !cJSON_IsString(t))
+            return qc_errf(err, QC_ERR_FORMAT, "%s: %s: must be a string", path, texts[k]);
+        if (t && k < 2 && !(*(k == 0 ? &p->description : &p->measurements) = strdup(t->valuestring)))
+            return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    }
+    return QC_OK;
+}
+
+/* "defaults" (required without a base policy; on top of base's when given) and "tie_margin". */
+static qc_status parse_defaults(const cJSON *root, const char *path, const qc_policy *base,
+                                qc_policy *p, qc_err *err) {
+    qc_status s;
+    tol_entry tmp[QC_TC_COUNT];
+    const cJSON *def = cJSON_GetObjectItemCaseSensitive(root, "defaults");
+    for (int c = 0; c < QC_TC_COUNT; c++) {
+        if (base) {
+            p->defaults[c] = base->defaults[c];
+        } else {
+            memset(&p->defaults[c], 0, sizeof p->defaults[c]);
+            p->defaults[c].max_kl = -1.0;
+        }
+    }
+    if (!def && !base)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: \"defaults\" is required", path);
+    if (def) {
+        if ((s = parse_class_map(def, path, "defaults", tmp, base == NULL, err))) return s;
+        for (int c = 0; c < QC_TC_COUNT; c++) apply(&p->defaults[c], &tmp[c]);
+    }
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "tie_margin");
+    if (tm) {
+        if (!cJSON_IsNumber(tm) || !(tm->valuedouble >= 0.0))
+            return qc_errf(err, QC_ERR_FORMAT, "%s: tie_margin must be a non-negative number",
+                           path);
+        p->tie_margin = tm->valuedouble;
+    }
+    return QC_OK;
+}
+
+/* "backends" (optional): an object of per-backend class maps. */
+static qc_status parse_backends(const cJSON *root, const char *path, qc_policy *p,
+                                qc_err *err) {
+    qc_status s;
+    const cJSON *it;
+    const cJSON *be = cJSON_GetObjectItemCaseSensitive(root, "backends");
+    if (!be) return QC_OK;
+    if (!cJSON_IsObject(be))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: backends: must be an object", path);
+    int n = cJSON_GetArraySize(be);
+    p->backends = calloc((size_t)(n > 0 ? n : 1), sizeof *p->backends);
+    if (!p->backends) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    cJSON_ArrayForEach(it, be) {
+        backend_entry *b = &p->backends[p->n_backends++];
+        b->name = strdup(it->string);
+        char ctx[160];
+        snprintf(ctx, sizeof ctx, "backends.%s", it->string);
+        if (!b->name) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+        if ((s = parse_class_map(it, path, ctx, b->cls, 0, err))) return s;
+    }
+    return QC_OK;
+}
+
+/* "overrides" (optional): an array of overrides. */
+static qc_status parse_overrides(const cJSON *root, const char *path, qc_policy *p,
+                                 qc_err *err) {
+    qc_status s;
+    const cJSON *it;
+    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overrides");
+    if (!ov) return QC_OK;
+    if (!cJSON_IsArray(ov))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: overrides: must be an array", path);
+    int n = cJSON_GetArraySize(ov);
+    p->overrides = calloc((size_t)(n > 0 ? n : 1), sizeof *p->overrides);
+    if (!p->overrides) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    int i = 0;
+    cJSON_ArrayForEach(it, ov) {
+        p->n_overrides = i + 1;
+        if ((s = parse_override(it, i, path, &p->overrides[i], err))) return s;
+        i++;
+    }
+    return QC_OK;
+}
+
 /* base == NULL: the built-in policy itself (every class required); else a file merged over
  * base's defaults. */
 static qc_status parse_impl(const char *json, size_t len, const char *path,
@@ -219,114 +324,13 @@ static qc_status parse_impl(const char *json, size_t len, const char *path,
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 0);
     qc_status s = QC_OK;
-    if (!root) {
+    if (!root)
         s = qc_errf(err, QC_ERR_FORMAT, "%s: JSON parse error at byte %ld", path,
                     end ? (long)(end - text) : -1L);
-        goto done;
-    }
-    if (!cJSON_IsObject(root)) {
-        s = qc_errf(err, QC_ERR_FORMAT, "%s: top level must be an object", path);
-        goto done;
-    }
-    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(root, "schema_version");
-    if (!cJSON_IsNumber(sv) || sv->valuedouble != 1.0) {
-        s = qc_errf(err, QC_ERR_FORMAT, "%s: schema_version must be 1", path);
-        goto done;
-    }
-    const cJSON *it;
-    cJSON_ArrayForEach(it, root) {
-        static const char *const known[] = {"schema_version", "description", "measurements",
-                                            "defaults",       "backends",    "overrides",
-                                            "tie_margin",     "comment",     "source"};
-        int ok = 0;
-        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(it->string, known[k]);
-        if (!ok) {
-            s = qc_errf(err, QC_ERR_FORMAT, "%s: unknown top-level key \"%s\"", path, it->string);
-            goto done;
-        }
-    }
-    static const char *const texts[] = {"description", "measurements", "source"};
-    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, texts[k]);
-        if (t && !cJSON_IsString(t)) {
-            s = qc_errf(err, QC_ERR_FORMAT, "%s: %s: must be a string", path, texts[k]);
-            goto done;
-        }
-        if (t && k < 2 && !(*(k == 0 ? &p->description : &p->measurements) = strdup(t->valuestring))) {
-            s = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
-            goto done;
-        }
-    }
-    tol_entry tmp[QC_TC_COUNT];
-    const cJSON *def = cJSON_GetObjectItemCaseSensitive(root, "defaults");
-    for (int c = 0; c < QC_TC_COUNT; c++) {
-        if (base) {
-            p->defaults[c] = base->defaults[c];
-        } else {
-            memset(&p->defaults[c], 0, sizeof p->defaults[c]);
-            p->defaults[c].max_kl = -1.0;
-        }
-    }
-    if (!def && !base) {
-        s = qc_errf(err, QC_ERR_FORMAT, "%s: \"defaults\" is required", path);
-        goto done;
-    }
-    if (def) {
-        if ((s = parse_class_map(def, path, "defaults", tmp, base == NULL, err))) goto done;
-        for (int c = 0; c < QC_TC_COUNT; c++) apply(&p->defaults[c], &tmp[c]);
-    }
-    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "tie_margin");
-    if (tm) {
-        if (!cJSON_IsNumber(tm) || !(tm->valuedouble >= 0.0)) {
-            s = qc_errf(err, QC_ERR_FORMAT, "%s: tie_margin must be a non-negative number", path);
-            goto done;
-        }
-        p->tie_margin = tm->valuedouble;
-    }
-    const cJSON *be = cJSON_GetObjectItemCaseSensitive(root, "backends");
-    if (be) {
-        if (!cJSON_IsObject(be)) {
-            s = qc_errf(err, QC_ERR_FORMAT, "%s: backends: must be an object", path);
-            goto done;
-        }
-        int n = cJSON_GetArraySize(be);
-        p->backends = calloc((size_t)(n > 0 ? n : 1), sizeof *p->backends);
-        if (!p->backends) {
-            s = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
-            goto done;
-        }
-        cJSON_ArrayForEach(it, be) {
-            backend_entry *b = &p->backends[p->n_backends++];
-            b->name = strdup(it->string);
-            char ctx[160];
-            snprintf(ctx, sizeof ctx, "backends.%s", it->string);
-            if (!b->name) {
-                s = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
-                goto done;
-            }
-            if ((s = parse_class_map(it, path, ctx, b->cls, 0, err))) goto done;
-        }
-    }
-    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overrides");
-    if (ov) {
-        if (!cJSON_IsArray(ov)) {
-            s = qc_errf(err, QC_ERR_FORMAT, "%s: overrides: must be an array", path);
-            goto done;
-        }
-        int n = cJSON_GetArraySize(ov);
-        p->overrides = calloc((size_t)(n > 0 ? n : 1), sizeof *p->overrides);
-        if (!p->overrides) {
-            s = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
-            goto done;
-        }
-        int i = 0;
-        cJSON_ArrayForEach(it, ov) {
-            p->n_overrides = i + 1;
-            if ((s = parse_override(it, i, path, &p->overrides[i], err))) goto done;
-            i++;
-        }
-    }
-done:
+    else if (!(s = parse_top_level(root, path, p, err)) &&
+             !(s = parse_defaults(root, path, base, p, err)) &&
+             !(s = parse_backends(root, path, p, err)))
+        s = parse_overrides(root, path, p, err);
     cJSON_Delete(root);
     free(text);
     if (s != QC_OK) {

@@ -145,10 +145,10 @@ static qc_status parse_entry(const cJSON *e, const char *path, uint64_t data_len
 
 /* ==== Whole header ==== */
 
-qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_st_file *out,
-                      qc_err *err) {
-    QC_ASSERT(out && path);
-    memset(out, 0, sizeof *out);
+/* The 8-byte header length n and the header itself: bounded by the file and QC_ST_MAX_HEADER,
+ * no NUL byte, well-formed JSON, an object (*root, the caller deletes it). */
+static qc_status parse_header(const uint8_t *buf, size_t file_len, const char *path,
+                              uint64_t *hdr_len, cJSON **root_out, qc_err *err) {
     if (file_len < 8)
         return qc_errf(err, QC_ERR_FORMAT,
                        "%s: file is %zu bytes, shorter than the 8-byte header length", path,
@@ -185,6 +185,75 @@ qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_
         cJSON_Delete(root);
         return qc_errf(err, QC_ERR_FORMAT, "%s: header is not a JSON object", path);
     }
+    *hdr_len = n;
+    *root_out = root;
+    return QC_OK;
+}
+
+/* The __metadata__ entry e: at most one, an object of strings; *nmeta counts its entries. */
+static qc_status check_metadata(const cJSON *e, const char *path, int *seen_meta, int *nmeta,
+                                qc_err *err) {
+    if ((*seen_meta)++)
+        return qc_errf(err, QC_ERR_FORMAT, "%s: __metadata__: duplicate entry", path);
+    if (!cJSON_IsObject(e))
+        return qc_errf(err, QC_ERR_FORMAT, "%s: __metadata__: not an object", path);
+    for (const cJSON *m = e->child; m; m = m->next, (*nmeta)++)
+        if (!cJSON_IsString(m))
+            return qc_errf(err, QC_ERR_FORMAT, "%s: __metadata__.%s: value is not a string",
+                           path, m->string ? m->string : "");
+    return QC_OK;
+}
+
+/* Sort ts[0..nt) by name; two with the same name: an error. */
+static qc_status check_unique_names(qc_st_tensor *ts, int nt, const char *path, qc_err *err) {
+    if (nt <= 1) return QC_OK;
+    qsort(ts, (size_t)nt, sizeof *ts, cmp_tensor_name);
+    for (int i = 1; i < nt; i++)
+        if (!strcmp(ts[i].name, ts[i - 1].name))
+            return qc_errf(err, QC_ERR_FORMAT, "%s: %s: duplicate tensor name", path,
+                           ts[i].name);
+    return QC_OK;
+}
+
+/* The spans of ts[0..nt) tile the data region [0, data_len) exactly (order: nt scratch). */
+static qc_status check_tiling(const qc_st_tensor *ts, int nt, st_span *order, uint64_t data_len,
+                              const char *path, qc_err *err) {
+    qc_status st = QC_OK;
+    for (int i = 0; i < nt; i++) order[i] = (st_span){ts[i].begin, ts[i].end, i};
+    qsort(order, (size_t)nt, sizeof *order, cmp_span);
+    uint64_t pos = 0;
+    const char *prev = NULL;
+    for (int k = 0; k < nt && !st; k++) {
+        const qc_st_tensor *t = &ts[order[k].idx];
+        if (t->begin < pos)
+            st = qc_errf(err, QC_ERR_FORMAT,
+                         "%s: %s: data_offsets [%llu, %llu] overlap tensor %s (ends at %llu)",
+                         path, t->name, (unsigned long long)t->begin,
+                         (unsigned long long)t->end, prev ? prev : "?",
+                         (unsigned long long)pos);
+        else if (t->begin > pos)
+            st = qc_errf(err, QC_ERR_FORMAT,
+                         "%s: %s: gap of %llu bytes before data_offsets [%llu, %llu]", path,
+                         t->name, (unsigned long long)(t->begin - pos),
+                         (unsigned long long)t->begin, (unsigned long long)t->end);
+        pos = t->end;
+        prev = t->name;
+    }
+    if (!st && pos != data_len)
+        st = qc_errf(err, QC_ERR_FORMAT,
+                     "%s: %s: %llu bytes after the last tensor are not covered by any tensor",
+                     path, prev ? prev : "(no tensors)", (unsigned long long)(data_len - pos));
+    return st;
+}
+
+qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_st_file *out,
+                      qc_err *err) {
+    QC_ASSERT(out && path);
+    memset(out, 0, sizeof *out);
+    uint64_t n = 0;
+    cJSON *root = NULL;
+    qc_status st = parse_header(buf, file_len, path, &n, &root, err);
+    if (st) return st;
 
     uint64_t data_len = (uint64_t)file_len - 8 - n;
     int cap = cJSON_GetArraySize(root);
@@ -197,25 +266,10 @@ qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_
         return qc_errf(err, QC_ERR_OOM, "%s: out of memory for %d header entries", path, cap);
     }
     int nt = 0, nmeta = 0, seen_meta = 0;
-    qc_status st = QC_OK;
     for (const cJSON *e = root->child; e; e = e->next) {
         const char *nm = e->string ? e->string : "";
         if (!strcmp(nm, "__metadata__")) {
-            if (seen_meta++) {
-                st = qc_errf(err, QC_ERR_FORMAT, "%s: __metadata__: duplicate entry", path);
-                break;
-            }
-            if (!cJSON_IsObject(e)) {
-                st = qc_errf(err, QC_ERR_FORMAT, "%s: __metadata__: not an object", path);
-                break;
-            }
-            for (const cJSON *m = e->child; m; m = m->next, nmeta++)
-                if (!cJSON_IsString(m)) {
-                    st = qc_errf(err, QC_ERR_FORMAT, "%s: __metadata__.%s: value is not a string",
-                                 path, m->string ? m->string : "");
-                    break;
-                }
-            if (st) break;
+            if ((st = check_metadata(e, path, &seen_meta, &nmeta, err))) break;
             continue;
         }
         qc_st_tensor *t = &ts[nt];
@@ -231,43 +285,8 @@ qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_
     }
     cJSON_Delete(root);
 
-    /* unique names */
-    if (!st && nt > 1) {
-        qsort(ts, (size_t)nt, sizeof *ts, cmp_tensor_name);
-        for (int i = 1; i < nt; i++)
-            if (!strcmp(ts[i].name, ts[i - 1].name)) {
-                st = qc_errf(err, QC_ERR_FORMAT, "%s: %s: duplicate tensor name", path,
-                             ts[i].name);
-                break;
-            }
-    }
-    /* the spans tile the data region exactly */
-    if (!st) {
-        for (int i = 0; i < nt; i++) order[i] = (st_span){ts[i].begin, ts[i].end, i};
-        qsort(order, (size_t)nt, sizeof *order, cmp_span);
-        uint64_t pos = 0;
-        const char *prev = NULL;
-        for (int k = 0; k < nt && !st; k++) {
-            const qc_st_tensor *t = &ts[order[k].idx];
-            if (t->begin < pos)
-                st = qc_errf(err, QC_ERR_FORMAT,
-                             "%s: %s: data_offsets [%llu, %llu] overlap tensor %s (ends at %llu)",
-                             path, t->name, (unsigned long long)t->begin,
-                             (unsigned long long)t->end, prev ? prev : "?",
-                             (unsigned long long)pos);
-            else if (t->begin > pos)
-                st = qc_errf(err, QC_ERR_FORMAT,
-                             "%s: %s: gap of %llu bytes before data_offsets [%llu, %llu]", path,
-                             t->name, (unsigned long long)(t->begin - pos),
-                             (unsigned long long)t->begin, (unsigned long long)t->end);
-            pos = t->end;
-            prev = t->name;
-        }
-        if (!st && pos != data_len)
-            st = qc_errf(err, QC_ERR_FORMAT,
-                         "%s: %s: %llu bytes after the last tensor are not covered by any tensor",
-                         path, prev ? prev : "(no tensors)", (unsigned long long)(data_len - pos));
-    }
+    if (!st) st = check_unique_names(ts, nt, path, err);
+    if (!st) st = check_tiling(ts, nt, order, data_len, path, err);
     free(order);
     if (st) {
         free_tensors(ts, nt);

@@ -212,6 +212,114 @@ static int fit_context(const qc_config *cfg, int want, size_t budget) {
 
 static void qcb_close(void *handle);
 
+/* The options string of open, parsed: max_context / max_tokens (-1 when not given) and the
+ * run-time options to apply after the load. */
+typedef struct {
+    int want_ctx, want_tok;
+    char keys[16][64], vals[16][256];
+    int n;
+} qcb_open_opts;
+
+/* Parse "k=v,k=v" into o; an error is set in g_open_err (the return code). */
+static int parse_open_options(const char *options, qcb_open_opts *o) {
+    int rc = QC_PLUGIN_OK;
+    o->want_ctx = -1;
+    o->want_tok = -1;
+    o->n = 0;
+    if (!options || !*options) return QC_PLUGIN_OK;
+    char *buf = strdup(options);
+    if (!buf) return seterr(NULL, QC_PLUGIN_ERROR, "open: out of memory");
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq || eq == tok) {
+            rc = seterr(NULL, QC_PLUGIN_ERROR, "open: option '%s' is not key=value", tok);
+            break;
+        }
+        *eq = '\0';
+        const char *k = tok, *v = eq + 1;
+        if (strcmp(k, "max_context") == 0 || strcmp(k, "max_tokens") == 0) {
+            int n;
+            if (parse_int(v, 1, 1 << 30, &n)) {
+                rc = seterr(NULL, QC_PLUGIN_ERROR,
+                            "open: %s: '%s' is not a positive integer <= 2^30", k, v);
+                break;
+            }
+            if (strcmp(k, "max_context") == 0) o->want_ctx = n;
+            else o->want_tok = n;
+        } else if (strcmp(k, "threads") == 0 || strcmp(k, "dn_kernel") == 0 ||
+                   strcmp(k, "chunk_size") == 0) {
+            if (o->n == 16 || strlen(k) >= sizeof o->keys[0] || strlen(v) >= sizeof o->vals[0]) {
+                rc = seterr(NULL, QC_PLUGIN_ERROR, "open: too many or too long options");
+                break;
+            }
+            snprintf(o->keys[o->n], sizeof o->keys[0], "%s", k);
+            snprintf(o->vals[o->n], sizeof o->vals[0], "%s", v);
+            o->n++;
+        } else {
+            rc = seterr(NULL, QC_PLUGIN_UNSUPPORTED,
+                        "open: unknown option '%s' (known: max_context, max_tokens, threads, "
+                        "dn_kernel, chunk_size)",
+                        k);
+            break;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* After the load: the capacity and tokens per call (from o, else fitted to the budgets), the
+ * state and the hidden capture. An error is set in g_open_err (the return code); the caller
+ * closes h. */
+static int size_handle(qcb_handle *h, const char *model_dir, const qcb_open_opts *o) {
+    const qc_config *cfg = &h->model->cfg;
+    qc_err e;
+    qc_err_clear(&e);
+    h->capacity = o->want_ctx > 0 ? o->want_ctx
+                                  : fit_context(cfg, QCB_DEFAULT_CONTEXT, QCB_STATE_BUDGET);
+    if (o->want_tok > 0) {
+        if (o->want_tok > h->capacity)
+            return seterr(NULL, QC_PLUGIN_ERROR, "open %s: max_tokens %d > max_context %d",
+                          model_dir, o->want_tok, h->capacity);
+        h->max_tokens = o->want_tok;
+    } else {
+        size_t per_tok = (size_t)h->L1 * h->H * sizeof(float);
+        size_t fit = QCB_HIDDEN_BUDGET / (per_tok ? per_tok : 1);
+        h->max_tokens = fit < (size_t)h->capacity ? (fit > 0 ? (int)fit : 1) : h->capacity;
+    }
+    h->opts.max_tokens = h->max_tokens;
+
+    qc_status s = qc_state_create(cfg, h->capacity, &h->st, &e);
+    h->seq[0] = h->st;
+    if (s != QC_OK)
+        return seterr(NULL, QC_PLUGIN_ERROR, "open %s: max_context %d: %s", model_dir,
+                      o->want_ctx > 0 ? o->want_ctx : QCB_DEFAULT_CONTEXT, e.msg);
+    h->hidden = malloc((size_t)h->L1 * h->max_tokens * h->H * sizeof(float));
+    h->seen = calloc((size_t)h->L1, 1);
+    if (!h->hidden || !h->seen)
+        return seterr(NULL, QC_PLUGIN_ERROR,
+                      "open %s: out of memory for the hidden capture (%d x %d x %d floats)",
+                      model_dir, cfg->n_layers + 1, o->want_tok > 0 ? o->want_tok : h->capacity,
+                      cfg->hidden_size);
+    return QC_PLUGIN_OK;
+}
+
+/* What open announces. */
+static void fill_info(const qcb_handle *h, qc_plugin_info *info) {
+    const qc_config *cfg = &h->model->cfg;
+    memset(info, 0, sizeof *info);
+    info->vocab_size = cfg->vocab_size;
+    info->hidden_size = cfg->hidden_size;
+    info->n_layers = cfg->n_layers;
+    info->max_tokens_per_call = h->max_tokens;
+    info->max_context_len = h->capacity;
+    info->caps = QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL | QC_CAP_DN_KERNEL |
+                 QC_CAP_CHUNK_SIZE | (is_optimized() ? QC_CAP_THREADS : 0u) | QC_CAP_SNAPSHOT |
+                 QC_CAP_SEQUENCES;
+    snprintf(info->name, sizeof info->name, "qwen-conform %s (as plugin): %s", QC_PLUGIN_BACKEND,
+             h->be->describe ? h->be->describe(h->be) : h->be->name);
+}
+
 static int qcb_open(const char *model_dir, const char *options, qc_plugin_info *info,
                     void **handle) {
     if (handle) *handle = NULL;
@@ -221,62 +329,16 @@ static int qcb_open(const char *model_dir, const char *options, qc_plugin_info *
     if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "open: out of memory");
     clear_err(h);
     qc_backend_opts_default(&h->opts);
-    int rc = QC_PLUGIN_OK;
-    int want_ctx = -1, want_tok = -1;
 
     /* options first (cheap to reject), applied after the load */
-    char opt_keys[16][64], opt_vals[16][256];
-    int n_opts = 0;
-    if (options && *options) {
-        char *buf = strdup(options);
-        if (!buf) {
-            qcb_close(h);
-            return seterr(NULL, QC_PLUGIN_ERROR, "open: out of memory");
-        }
-        char *save = NULL;
-        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            char *eq = strchr(tok, '=');
-            if (!eq || eq == tok) {
-                rc = seterr(NULL, QC_PLUGIN_ERROR, "open: option '%s' is not key=value", tok);
-                break;
-            }
-            *eq = '\0';
-            const char *k = tok, *v = eq + 1;
-            if (strcmp(k, "max_context") == 0 || strcmp(k, "max_tokens") == 0) {
-                int n;
-                if (parse_int(v, 1, 1 << 30, &n)) {
-                    rc = seterr(NULL, QC_PLUGIN_ERROR,
-                                "open: %s: '%s' is not a positive integer <= 2^30", k, v);
-                    break;
-                }
-                if (strcmp(k, "max_context") == 0) want_ctx = n;
-                else want_tok = n;
-            } else if (strcmp(k, "threads") == 0 || strcmp(k, "dn_kernel") == 0 ||
-                       strcmp(k, "chunk_size") == 0) {
-                if (n_opts == 16 || strlen(k) >= sizeof opt_keys[0] ||
-                    strlen(v) >= sizeof opt_vals[0]) {
-                    rc = seterr(NULL, QC_PLUGIN_ERROR, "open: too many or too long options");
-                    break;
-                }
-                snprintf(opt_keys[n_opts], sizeof opt_keys[0], "%s", k);
-                snprintf(opt_vals[n_opts], sizeof opt_vals[0], "%s", v);
-                n_opts++;
-            } else {
-                rc = seterr(NULL, QC_PLUGIN_UNSUPPORTED,
-                            "open: unknown option '%s' (known: max_context, max_tokens, threads, "
-                            "dn_kernel, chunk_size)",
-                            k);
-                break;
-            }
-        }
-        free(buf);
-        if (rc != QC_PLUGIN_OK) {
-            qcb_close(h);
-            return rc;
-        }
+    qcb_open_opts o;
+    int rc = parse_open_options(options, &o);
+    if (rc != QC_PLUGIN_OK) {
+        qcb_close(h);
+        return rc;
     }
-    for (int i = 0; i < n_opts; i++) {
-        rc = apply_option(h, opt_keys[i], opt_vals[i]); /* h->be is NULL: opts only */
+    for (int i = 0; i < o.n; i++) {
+        rc = apply_option(h, o.keys[i], o.vals[i]); /* h->be is NULL: opts only */
         if (rc != QC_PLUGIN_OK) {
             seterr(NULL, rc, "open: %s", h->err);
             qcb_close(h);
@@ -298,58 +360,17 @@ static int qcb_open(const char *model_dir, const char *options, qc_plugin_info *
     h->H = cfg->hidden_size;
     h->V = cfg->vocab_size;
 
-    /* capacity and tokens per call */
-    h->capacity = want_ctx > 0 ? want_ctx
-                               : fit_context(cfg, QCB_DEFAULT_CONTEXT, QCB_STATE_BUDGET);
-    if (want_tok > 0) {
-        if (want_tok > h->capacity) {
-            rc = seterr(NULL, QC_PLUGIN_ERROR, "open %s: max_tokens %d > max_context %d",
-                        model_dir, want_tok, h->capacity);
-            qcb_close(h);
-            return rc;
-        }
-        h->max_tokens = want_tok;
-    } else {
-        size_t per_tok = (size_t)h->L1 * h->H * sizeof(float);
-        size_t fit = QCB_HIDDEN_BUDGET / (per_tok ? per_tok : 1);
-        h->max_tokens = fit < (size_t)h->capacity ? (fit > 0 ? (int)fit : 1) : h->capacity;
+    /* capacity and tokens per call, state, hidden capture */
+    rc = size_handle(h, model_dir, &o);
+    if (rc == QC_PLUGIN_OK) {
+        rc = make_backend(h);
+        if (rc != QC_PLUGIN_OK) seterr(NULL, rc, "open %s: %s", model_dir, h->err);
     }
-    h->opts.max_tokens = h->max_tokens;
-
-    s = qc_state_create(cfg, h->capacity, &h->st, &e);
-    h->seq[0] = h->st;
-    if (s != QC_OK) {
-        qcb_close(h);
-        return seterr(NULL, QC_PLUGIN_ERROR, "open %s: max_context %d: %s", model_dir,
-                      want_ctx > 0 ? want_ctx : QCB_DEFAULT_CONTEXT, e.msg);
-    }
-    h->hidden = malloc((size_t)h->L1 * h->max_tokens * h->H * sizeof(float));
-    h->seen = calloc((size_t)h->L1, 1);
-    if (!h->hidden || !h->seen) {
-        qcb_close(h);
-        return seterr(NULL, QC_PLUGIN_ERROR,
-                      "open %s: out of memory for the hidden capture (%d x %d x %d floats)",
-                      model_dir, cfg->n_layers + 1, want_tok > 0 ? want_tok : h->capacity,
-                      cfg->hidden_size);
-    }
-    rc = make_backend(h);
     if (rc != QC_PLUGIN_OK) {
-        seterr(NULL, rc, "open %s: %s", model_dir, h->err);
         qcb_close(h);
         return rc;
     }
-
-    memset(info, 0, sizeof *info);
-    info->vocab_size = cfg->vocab_size;
-    info->hidden_size = cfg->hidden_size;
-    info->n_layers = cfg->n_layers;
-    info->max_tokens_per_call = h->max_tokens;
-    info->max_context_len = h->capacity;
-    info->caps = QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL | QC_CAP_DN_KERNEL |
-                 QC_CAP_CHUNK_SIZE | (is_optimized() ? QC_CAP_THREADS : 0u) | QC_CAP_SNAPSHOT |
-                 QC_CAP_SEQUENCES;
-    snprintf(info->name, sizeof info->name, "qwen-conform %s (as plugin): %s", QC_PLUGIN_BACKEND,
-             h->be->describe ? h->be->describe(h->be) : h->be->name);
+    fill_info(h, info);
     *handle = h;
     return QC_PLUGIN_OK;
 }
