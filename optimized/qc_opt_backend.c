@@ -87,7 +87,7 @@ static void mv_item(void *ctx, long it, int tid) {
     const long r0 = (it - first) * MV_CHUNK_ROWS, rows = (long)rows_of(w);
     const int cnt = (int)(rows - r0 < MV_CHUNK_ROWS ? rows - r0 : MV_CHUNK_ROWS);
     j->o->k->matvec(j->outs[wi].y + r0, j->outs[wi].ldy,
-                    (const char *)w->data + (size_t)r0 * (size_t)j->K * qc_dtype_size(w->dtype),
+                    (const char *)w->data + (size_t)r0 * qc_dtype_row_bytes(w->dtype, j->K),
                     w->dtype, cnt, j->K, j->x, j->ldx, j->n);
 }
 
@@ -116,7 +116,7 @@ static void tile_item(void *ctx, long it, int tid) {
         const int row0 = (int)(p * MR);
         if (row0 >= rows) break;
         const int mr = rows - row0 < MR ? rows - row0 : MR;
-        kt->pack_w(panel, (const char *)w->data + (size_t)row0 * j->K * qc_dtype_size(w->dtype),
+        kt->pack_w(panel, (const char *)w->data + (size_t)row0 * qc_dtype_row_bytes(w->dtype, j->K),
                    w->dtype, j->K, mr);
         for (int s = sb; s < se; s++) {
             const int t0 = s * NR, cnt = j->n - t0 < NR ? j->n - t0 : NR;

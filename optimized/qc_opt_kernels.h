@@ -17,8 +17,10 @@
  *   - matvec: each (row, token) dot product uses the same accumulator structure whatever rows
  *     are grouped with it;
  *   - elementwise kernels are per element.
- * Activations and accumulation are fp32; 16-bit weights are widened in registers (matvec) or
- * once per packed panel (gemm).
+ * Activations and accumulation are fp32; 16-bit and Q8_0 weights are widened in registers
+ * (matvec) or once per packed panel (gemm). Q8_0 (llama.cpp blocks of 34 bytes, K % 32 == 0;
+ * W then points at a row's first block) widens exactly (d * q), so every kernel gives for a
+ * Q8_0 matrix bit for bit what it gives for the dequantized F32 matrix.
  */
 #ifndef QC_OPT_KERNELS_H
 #define QC_OPT_KERNELS_H

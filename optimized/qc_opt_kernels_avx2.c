@@ -3,7 +3,9 @@
  *   GEMM micro tile: 6 weight rows x 16 tokens = 12 ymm accumulators; packed panel
  *     [Kp/16][6][16], token strip [Kp][16].
  *   matvec: one row at a time, four 8-wide accumulators over 32-element blocks (bf16: shift
- *     and mask of a 256-bit load against a de-interleaved x, mv_row_bf16).
+ *     and mask of a 256-bit load against a de-interleaved x, mv_row_bf16; Q8_0: one block of
+ *     32 int8 widened to 4 x 8 fp32 and scaled by its d, mv_row_q8 -- the F32 arithmetic on
+ *     the dequantized row, since d * q is exact).
  * Every function carries __attribute__((target(...))); see qc_opt_kernels.h for the numerics
  * contract.
  */
@@ -30,7 +32,22 @@ T2I __m256 ld8(const void *W, qc_dtype dt, size_t i) {
     return _mm256_cvtph_ps(h);
 }
 
+/* Q8_0: the 8 values at element index i (i % 8 == 0) of a block array, as fp32 d * q */
+T2I __m256 ldq8(const void *W, size_t i) {
+    const unsigned char *b = (const unsigned char *)W + i / 32 * QC_Q8_0_BLOCK_BYTES;
+    uint16_t h;
+    memcpy(&h, b, 2);
+    __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(b + 2 + i % 32))));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), q);
+}
+
 static inline float wscalar(const void *W, qc_dtype dt, size_t i) {
+    if (dt == QC_Q8_0) {
+        const unsigned char *b = (const unsigned char *)W + i / 32 * QC_Q8_0_BLOCK_BYTES;
+        uint16_t d;
+        memcpy(&d, b, 2);
+        return qc_f16_to_f32(d) * (float)(int8_t)b[2 + i % 32];
+    }
     if (dt == QC_F32) {
         float f;
         memcpy(&f, (const float *)W + i, 4);
@@ -108,6 +125,7 @@ T2 static void k2_pack_w(float *panel, const void *W, qc_dtype dt, int K, int mr
                 switch (dt) {
                 case QC_BF16: v0 = ld8(W, QC_BF16, i); v1 = ld8(W, QC_BF16, i + 8); break;
                 case QC_F16: v0 = ld8(W, QC_F16, i); v1 = ld8(W, QC_F16, i + 8); break;
+                case QC_Q8_0: v0 = ldq8(W, i); v1 = ldq8(W, i + 8); break;
                 default: v0 = ld8(W, QC_F32, i); v1 = ld8(W, QC_F32, i + 8); break;
                 }
                 _mm256_storeu_ps(dst + r * 16, v0);
@@ -229,6 +247,28 @@ T2I float mv_row_bf16(const void *W, int K, const float *x, const float *xe, int
     return s;
 }
 
+/* Q8_0 path of mv_row (K % 32 == 0), the same numbers as mv_row on the dequantized F32 row:
+ * each block's 32 int8 widened to four 8-vectors, times the block's d (exact), into a0..a3. */
+T2I float mv_row_q8(const void *W, int K, const float *x, int prefetch) {
+    const unsigned char *Wb = W;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int k = 0; k + 32 <= K; k += 32, Wb += QC_Q8_0_BLOCK_BYTES) {
+        if (prefetch) _mm_prefetch((const char *)Wb + 1024, _MM_HINT_T0);
+        uint16_t h;
+        memcpy(&h, Wb, 2);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(const void *)(Wb + 2));
+        const __m128i q1 = _mm_loadu_si128((const __m128i *)(const void *)(Wb + 18));
+#define Q8W(q) _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)))
+        a0 = _mm256_fmadd_ps(Q8W(q0), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(Q8W(_mm_srli_si128(q0, 8)), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(Q8W(q1), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(Q8W(_mm_srli_si128(q1, 8)), _mm256_loadu_ps(x + k + 24), a3);
+#undef Q8W
+    }
+    return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
 /* floats of the de-interleaved copies of x (64 KiB of stack): tokens are taken in groups
  * whose copies fit; a K beyond it takes the generic path */
 #define MV_XE 16384
@@ -237,6 +277,13 @@ T2I void mv_dt(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K, 
                long ldx, int n) {
     const size_t es = dt == QC_F32 ? 4 : 2;
     const int K32 = K / 32 * 32;
+    if (dt == QC_Q8_0) {
+        const size_t rb = qc_dtype_row_bytes(QC_Q8_0, K);
+        for (int r = 0; r < rows; r++)
+            for (int t = 0; t < n; t++)
+                y[(long)t * ldy + r] = mv_row_q8((const char *)W + (size_t)r * rb, K, x + t * ldx, t == 0);
+        return;
+    }
     if (dt == QC_BF16 && K32 > 0 && K32 <= MV_XE) {
         float xe[MV_XE] __attribute__((aligned(32)));
         const int g = MV_XE / K32; /* tokens per group */
@@ -268,6 +315,7 @@ T2 static void k2_matvec(float *y, long ldy, const void *W, qc_dtype dt, int row
     switch (dt) {
     case QC_BF16: mv_dt(y, ldy, W, QC_BF16, rows, K, x, ldx, n); break;
     case QC_F16: mv_dt(y, ldy, W, QC_F16, rows, K, x, ldx, n); break;
+    case QC_Q8_0: mv_dt(y, ldy, W, QC_Q8_0, rows, K, x, ldx, n); break;
     default: mv_dt(y, ldy, W, QC_F32, rows, K, x, ldx, n); break;
     }
 }

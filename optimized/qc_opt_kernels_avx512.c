@@ -8,7 +8,9 @@
  *     broadcast is a constant offset from one pointer).
  *   matvec: one row at a time (a single software-prefetched stream per thread), four
  *     accumulators over 64-element blocks, 16-bit weights widened in registers (bf16: shift
- *     and mask of a 512-bit load against a de-interleaved x, mv_row_bf16; f16: vcvtph2ps).
+ *     and mask of a 512-bit load against a de-interleaved x, mv_row_bf16; f16: vcvtph2ps;
+ *     Q8_0: each block's 32 int8 widened to 2 x 16 fp32 times its d, mv_row_q8 -- the F32
+ *     arithmetic on the dequantized row, since d * q is exact).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -45,7 +47,22 @@ T512I __m512 ld16_part(const void *W, qc_dtype dt, size_t i, int m) {
     return _mm512_cvtph_ps(h);
 }
 
+/* Q8_0: the 16 values at element index i (i % 16 == 0) of a block array, as fp32 d * q */
+T512I __m512 ldq16(const void *W, size_t i) {
+    const unsigned char *b = (const unsigned char *)W + i / 32 * QC_Q8_0_BLOCK_BYTES;
+    uint16_t h;
+    memcpy(&h, b, 2);
+    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + 2 + i % 32))));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), q);
+}
+
 static inline float wscalar(const void *W, qc_dtype dt, size_t i) {
+    if (dt == QC_Q8_0) {
+        const unsigned char *b = (const unsigned char *)W + i / 32 * QC_Q8_0_BLOCK_BYTES;
+        uint16_t d;
+        memcpy(&d, b, 2);
+        return qc_f16_to_f32(d) * (float)(int8_t)b[2 + i % 32];
+    }
     if (dt == QC_F32) {
         float f;
         memcpy(&f, (const float *)W + i, 4);
@@ -102,6 +119,7 @@ T512 static void k5_pack_w(float *panel, const void *W, qc_dtype dt, int K, int 
                 switch (dt) {
                 case QC_BF16: v = ld16(W, QC_BF16, (size_t)r * K + kb); break;
                 case QC_F16: v = ld16(W, QC_F16, (size_t)r * K + kb); break;
+                case QC_Q8_0: v = ldq16(W, (size_t)r * K + kb); break;
                 default: v = ld16(W, QC_F32, (size_t)r * K + kb); break;
                 }
             } else
@@ -243,6 +261,37 @@ T512I float mv_row_bf16(const void *W, int K, const float *x, const float *xe, i
     return s;
 }
 
+/* Q8_0 path of mv_row (K % 32 == 0), the same numbers as mv_row on the dequantized F32 row:
+ * a 64-element step is two blocks (a0, a1 | a2, a3), a last odd block goes to a0, a1 as
+ * mv_row's two 16-element tail steps; each half-block widened, times the block's d (exact). */
+T512I float mv_row_q8(const void *W, int K, const float *x, int prefetch) {
+    const unsigned char *Wb = W;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define Q8H(b, o) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)((b) + 2 + (o)))))
+#define Q8D(b) _mm512_set1_ps(_cvtsh_ss((uint16_t)((b)[0] | (b)[1] << 8)))
+    int k = 0;
+    for (; k + 64 <= K; k += 64, Wb += 2 * QC_Q8_0_BLOCK_BYTES) {
+        if (prefetch) {
+            _mm_prefetch((const char *)Wb + MV_PD / 2, _MM_HINT_T0);
+            _mm_prefetch((const char *)Wb + MV_PD / 2 + 64, _MM_HINT_T0);
+        }
+        const unsigned char *B1 = Wb + QC_Q8_0_BLOCK_BYTES;
+        const __m512 d0 = Q8D(Wb), d1 = Q8D(B1);
+        a0 = _mm512_fmadd_ps(_mm512_mul_ps(d0, Q8H(Wb, 0)), _mm512_loadu_ps(x + k), a0);
+        a1 = _mm512_fmadd_ps(_mm512_mul_ps(d0, Q8H(Wb, 16)), _mm512_loadu_ps(x + k + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_mul_ps(d1, Q8H(B1, 0)), _mm512_loadu_ps(x + k + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_mul_ps(d1, Q8H(B1, 16)), _mm512_loadu_ps(x + k + 48), a3);
+    }
+    if (k + 32 <= K) {
+        const __m512 d0 = Q8D(Wb);
+        a0 = _mm512_fmadd_ps(_mm512_mul_ps(d0, Q8H(Wb, 0)), _mm512_loadu_ps(x + k), a0);
+        a1 = _mm512_fmadd_ps(_mm512_mul_ps(d0, Q8H(Wb, 16)), _mm512_loadu_ps(x + k + 16), a1);
+    }
+#undef Q8H
+#undef Q8D
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
 /* floats of the de-interleaved copies of x (64 KiB of stack): tokens are taken in groups
  * whose copies fit; a K beyond it takes the generic path */
 #define MV_XE 16384
@@ -251,6 +300,13 @@ T512I void mv_dt(float *y, long ldy, const void *W, qc_dtype dt, int rows, int K
                  const float *x, long ldx, int n) {
     const size_t es = dt == QC_F32 ? 4 : 2;
     const int K64 = K / 64 * 64;
+    if (dt == QC_Q8_0) {
+        const size_t rb = qc_dtype_row_bytes(QC_Q8_0, K);
+        for (int r = 0; r < rows; r++)
+            for (int t = 0; t < n; t++)
+                y[(long)t * ldy + r] = mv_row_q8((const char *)W + (size_t)r * rb, K, x + t * ldx, t == 0);
+        return;
+    }
     if (dt == QC_BF16 && K64 > 0 && K64 <= MV_XE) {
         float xe[MV_XE] __attribute__((aligned(64)));
         const int g = MV_XE / K64; /* tokens per group */
@@ -282,6 +338,7 @@ T512 static void k5_matvec(float *y, long ldy, const void *W, qc_dtype dt, int r
     switch (dt) {
     case QC_BF16: mv_dt(y, ldy, W, QC_BF16, rows, K, x, ldx, n); break;
     case QC_F16: mv_dt(y, ldy, W, QC_F16, rows, K, x, ldx, n); break;
+    case QC_Q8_0: mv_dt(y, ldy, W, QC_Q8_0, rows, K, x, ldx, n); break;
     default: mv_dt(y, ldy, W, QC_F32, rows, K, x, ldx, n); break;
     }
 }

@@ -37,6 +37,13 @@ static inline float w_elem(const void *W, qc_dtype dt, size_t i) {
         memcpy(&h, (const char *)W + 2 * i, 2);
         return qc_f16_to_f32(h);
     }
+    case QC_Q8_0: { /* element i in block i / 32 (rows start on a block: K % 32 == 0) */
+        const unsigned char *b = (const unsigned char *)W + i / 32 * QC_Q8_0_BLOCK_BYTES;
+        uint16_t d;
+        memcpy(&d, b, 2);
+        return qc_f16_to_f32(d) * (float)(int8_t)b[2 + i % 32];
+    }
+    case QC_I8: break;
     }
     return 0.0f;
 }

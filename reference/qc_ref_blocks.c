@@ -47,6 +47,21 @@ const float *qc_ref_weight_row(const qc_tensor *w, size_t row, int cols, float *
         }
         return scratch;
     }
+    case QC_Q8_0: {
+        /* llama.cpp blocks of 32 (f16 d, int8 q[32]); a row starts on a block (cols % 32 == 0
+         * for a matrix row; a whole-tensor widen starts at row 0). d * q is exact. */
+        QC_ASSERT(off % QC_Q8_0_BLOCK == 0);
+        const unsigned char *b = (const unsigned char *)w->data +
+                                 off / QC_Q8_0_BLOCK * QC_Q8_0_BLOCK_BYTES;
+        for (int i = 0; i < cols; i++) {
+            const unsigned char *blk = b + (size_t)(i / QC_Q8_0_BLOCK) * QC_Q8_0_BLOCK_BYTES;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            scratch[i] = qc_f16_to_f32(h) * (float)(int8_t)blk[2 + i % QC_Q8_0_BLOCK];
+        }
+        return scratch;
+    }
+    case QC_I8: break; /* never a model view (the loader pairs it into Q8_0) */
     }
     QC_ASSERT(!"unknown dtype");
     return NULL;

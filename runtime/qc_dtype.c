@@ -2,7 +2,9 @@
  *
  * bf16 -> f32 and f16 -> f32 are exact (every bf16 / f16 value is an f32 value).
  * f32 -> bf16 / f16 round to nearest, ties to even; NaN stays NaN (quiet), Inf stays Inf,
- * f16 subnormals are produced and read exactly.
+ * f16 subnormals are produced and read exactly. Q8_0 (llama.cpp blocks of 34 bytes: f16 d +
+ * 32 int8, include/qc/qc_model.h) widens exactly too: |q| <= 127 has 7 significant bits and d
+ * 11, so d * q fits in fp32's 24.
  */
 #include <string.h>
 #include <strings.h>
@@ -16,6 +18,8 @@ const char *qc_dtype_str(qc_dtype t) {
     case QC_F32: return "F32";
     case QC_BF16: return "BF16";
     case QC_F16: return "F16";
+    case QC_Q8_0: return "Q8_0";
+    case QC_I8: return "I8";
     }
     return "?";
 }
@@ -24,7 +28,10 @@ qc_status qc_dtype_parse(const char *s, const char *what, qc_dtype *out, qc_err 
     if (s && !strcasecmp(s, "bf16")) *out = QC_BF16;
     else if (s && !strcasecmp(s, "f32")) *out = QC_F32;
     else if (s && !strcasecmp(s, "f16")) *out = QC_F16;
-    else return qc_errf(err, QC_ERR_ARG, "%s: '%s' is not bf16, f32 or f16", what, s ? s : "");
+    else if (s && !strcasecmp(s, "q8_0")) *out = QC_Q8_0;
+    else
+        return qc_errf(err, QC_ERR_ARG, "%s: '%s' is not bf16, f32, f16 or q8_0", what,
+                       s ? s : "");
     return QC_OK;
 }
 
@@ -33,8 +40,16 @@ size_t qc_dtype_size(qc_dtype t) {
     case QC_F32: return 4;
     case QC_BF16: return 2;
     case QC_F16: return 2;
+    case QC_Q8_0: return 1;
+    case QC_I8: return 1;
     }
     return 0;
+}
+
+size_t qc_dtype_row_bytes(qc_dtype t, int64_t n) {
+    if (n <= 0) return 0;
+    if (t == QC_Q8_0) return (size_t)n / QC_Q8_0_BLOCK * QC_Q8_0_BLOCK_BYTES;
+    return (size_t)n * qc_dtype_size(t);
 }
 
 /* ==== Bit casts ==== */
@@ -116,6 +131,19 @@ size_t qc_tensor_numel(const qc_tensor *t) {
     return n;
 }
 
+size_t qc_tensor_bytes(const qc_tensor *t) {
+    if (!t || t->ndim <= 0) return 0;
+    return qc_dtype_row_bytes(t->dtype, (int64_t)qc_tensor_numel(t));
+}
+
+/* Element i of a Q8_0 block array: d * q, exact in fp32 */
+static inline float q8_0_get(const unsigned char *p, size_t i) {
+    const unsigned char *b = p + i / QC_Q8_0_BLOCK * QC_Q8_0_BLOCK_BYTES;
+    uint16_t d;
+    memcpy(&d, b, 2);
+    return qc_f16_to_f32(d) * (float)(int8_t)b[2 + i % QC_Q8_0_BLOCK];
+}
+
 float qc_tensor_get(const qc_tensor *t, size_t i) {
     const unsigned char *p = (const unsigned char *)t->data;
     switch (t->dtype) {
@@ -134,6 +162,8 @@ float qc_tensor_get(const qc_tensor *t, size_t i) {
         memcpy(&h, p + 2 * i, 2);
         return qc_f16_to_f32(h);
     }
+    case QC_Q8_0: return q8_0_get(p, i);
+    case QC_I8: return (float)(int8_t)p[i];
     }
     QC_ASSERT(!"bad dtype");
     return 0.0f;
@@ -157,6 +187,12 @@ void qc_tensor_to_f32(const qc_tensor *t, float *dst) {
             memcpy(&h, p + 2 * i, 2);
             dst[i] = qc_f16_to_f32(h);
         }
+        return;
+    case QC_Q8_0:
+        for (size_t i = 0; i < n; i++) dst[i] = q8_0_get(p, i);
+        return;
+    case QC_I8:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)(int8_t)p[i];
         return;
     }
     QC_ASSERT(!"bad dtype");

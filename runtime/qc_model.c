@@ -115,6 +115,8 @@ static const slot_desc SLOTS[] = {
 enum { SL_QKV = 11, SL_Z = 12, SL_B = 13, SL_A = 14, SL_CONV = 15, SL_QKVZ = 20, SL_BA = 21 };
 /* mlp.gate_proj / up_proj / down_proj: the dense MLP, absent in a MoE model */
 static int is_dense_mlp(int s) { return s >= 2 && s <= 4; }
+/* the 2-D projection matrices (may be Q8_0, qc_model_q8.c) */
+static int is_proj(int s) { return (s >= 2 && s <= 8) || (s >= SL_QKV && s <= SL_A) || s == 19; }
 
 static qc_tensor *slot_ptr(qc_layer_weights *lw, int s) {
     return (qc_tensor *)((char *)lw + SLOTS[s].off);
@@ -225,7 +227,7 @@ qc_status qc_model_validate(const qc_model *m, qc_err *err) {
     if (!m->layers) return qc_errf(err, QC_ERR_ARG, "model: no layers");
     int64_t sh[4] = {c->vocab_size, c->hidden_size, 0, 0};
     if ((st = qc_model_check_view(&m->embed, "embed_tokens.weight", sh, 2, err)) ||
-        (st = qc_model_check_view(&m->lm_head, "lm_head.weight", sh, 2, err)))
+        (st = qc_model_check_view_q(&m->lm_head, "lm_head.weight", sh, 2, err)))
         return st;
     sh[0] = c->hidden_size;
     if ((st = qc_model_check_view(&m->final_norm, "norm.weight", sh, 1, err))) return st;
@@ -238,8 +240,8 @@ qc_status qc_model_validate(const qc_model *m, qc_err *err) {
             char name[128];
             snprintf(name, sizeof name, "layers.%d.%s", li, SLOTS[s].suffix);
             const int nd = slot_shape(c, s, sh);
-            if ((st = qc_model_check_view(slot_ptr((qc_layer_weights *)&m->layers[li], s), name, sh, nd,
-                                 err)))
+            if ((st = (is_proj(s) ? qc_model_check_view_q : qc_model_check_view)(
+                     slot_ptr((qc_layer_weights *)&m->layers[li], s), name, sh, nd, err)))
                 return st;
         }
     }
@@ -297,6 +299,7 @@ static int cmp_str(const void *a, const void *b) {
 static qc_status classify(load_ctx *L, int file, const qc_st_tensor *t) {
     const char *nm = t->name;
     const qc_config *c = &L->m->cfg;
+    if (qc_q8_is_scale_name(nm)) return QC_OK; /* a Q8_0 scale, taken by qc_q8_prepare */
     if (starts(nm, "model.visual.") || starts(nm, "visual.") || starts(nm, "mtp.")) {
         L->m->n_tensors_skipped++;
         return QC_OK;
@@ -583,6 +586,7 @@ static qc_status load_impl(load_ctx *L) {
     L->lay = calloc((size_t)c->n_layers * N_SLOTS, sizeof *L->lay);
     if (!L->lay) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", L->dir);
     if ((st = qc_moe_found_init(&L->moe, c, err)) != QC_OK) return st;
+    if ((st = qc_q8_prepare(p, L->prefix, err)) != QC_OK) return st; /* Q8_0 pairs */
     for (int f = 0; f < p->n_files; f++)
         for (int j = 0; j < p->files[f].n_tensors; j++)
             if ((st = classify(L, f, &p->files[f].tensors[j])) != QC_OK) return st;
@@ -707,9 +711,7 @@ qc_status qc_model_load(const char *dir, qc_model **out, qc_err *err) {
 
 /* ==== Weight bytes ==== */
 
-static size_t tensor_bytes(const qc_tensor *t) {
-    return t->ndim ? qc_tensor_numel(t) * qc_dtype_size(t->dtype) : 0;
-}
+static size_t tensor_bytes(const qc_tensor *t) { return qc_tensor_bytes(t); }
 
 size_t qc_model_weight_bytes(const qc_model *m) {
     if (!m) return 0;

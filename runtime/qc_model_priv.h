@@ -37,6 +37,20 @@ void qc_model_fmt_shape(char *buf, size_t n, const int64_t *sh, int nd);
 qc_status qc_model_check_view(const qc_tensor *t, const char *name, const int64_t *exp, int nd,
                               qc_err *err);
 
+/* ==== Q8_0 pairs (qc_model_q8.c) ==== */
+
+/* Does the name end in ".weight_scale" (a Q8_0 scale, consumed by qc_q8_prepare)? */
+int qc_q8_is_scale_name(const char *name);
+/* Before classification: every `X.weight_scale` is checked against its I8 `X.weight` (present:
+ * QC_ERR_MISSING; a quantizable name: QC_ERR_UNSUPPORTED; I8: QC_ERR_FORMAT; in % 32 == 0 and
+ * scale F16 [out, in/32]: QC_ERR_SHAPE / QC_ERR_FORMAT; each naming file and tensor) and
+ * repacked into an owned Q8_0 buffer the weight's table entry then points to (dtype QC_Q8_0);
+ * an I8 tensor without a scale is QC_ERR_MISSING. */
+qc_status qc_q8_prepare(qc_model_priv *p, const char *prefix, qc_err *err);
+/* qc_model_check_view, but a Q8_0 view is accepted too (2-D, exp[1] % 32 == 0). */
+qc_status qc_model_check_view_q(const qc_tensor *t, const char *name, const int64_t *exp, int nd,
+                                qc_err *err);
+
 /* ==== MoE tensors (qc_model_moe.c) ==== */
 
 /* The seven MoE tensors of one layer, in this order (the fused shapes of qc_model.h). */

@@ -6,7 +6,10 @@
  * requested dtype except A_log and the gated-norm weight (F32, as real checkpoints). Scales:
  * projections 1/sqrt(fan_in), zero-centred norm weights near 0, gated-norm weight near 1,
  * DeltaNet decays spread from fast to slow. The values depend on (seed, tensor order) only, not
- * on the thread count.
+ * on the thread count. Q8_0: the 2-D projection matrices of the dense layers and an untied
+ * lm_head are Q8_0 (each block of 32 generated values quantized as the golden generator does:
+ * d = f16(max|x| / 127), q = clamp(round(x / d), -127, 127)), every other tensor BF16 (F32 as
+ * above), as a Q8_0 checkpoint keeps them float.
  */
 #include <math.h>
 #include <stdint.h>
@@ -87,6 +90,27 @@ static void gen_block(const gen_job *j, size_t blk, uint64_t seed) {
         uint16_t *o = (uint16_t *)(void *)base;
         for (size_t i = i0; i < i1; i++) o[i] = qc_f32_to_f16(mean + sd * approx_normal(splitmix64(&st)));
     } break;
+    case QC_Q8_0: /* i0 % 32 == 0 (SYN_BLOCK is a multiple of 32) and numel % 32 == 0 */
+        for (size_t b0 = i0; b0 < i1; b0 += QC_Q8_0_BLOCK) {
+            float v[QC_Q8_0_BLOCK];
+            for (int i = 0; i < QC_Q8_0_BLOCK; i++) v[i] = mean + sd * approx_normal(splitmix64(&st));
+            qc_q8_0_quantize_block(v, base + b0 / QC_Q8_0_BLOCK * QC_Q8_0_BLOCK_BYTES);
+        }
+        break;
+    case QC_I8: break;
+    }
+}
+
+void qc_q8_0_quantize_block(const float *v, unsigned char *blk) {
+    float amax = 0.0f;
+    for (int i = 0; i < QC_Q8_0_BLOCK; i++) amax = fmaxf(amax, fabsf(v[i]));
+    const uint16_t dh = qc_f32_to_f16(amax / 127.0f);
+    const float d = qc_f16_to_f32(dh);
+    memcpy(blk, &dh, 2);
+    for (int i = 0; i < QC_Q8_0_BLOCK; i++) {
+        float q = d > 0.0f ? nearbyintf(v[i] / d) : 0.0f;
+        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+        blk[2 + i] = (unsigned char)(int8_t)q;
     }
 }
 
@@ -110,8 +134,9 @@ qc_status qc_model_synthetic(const qc_config *cfg, qc_dtype dtype, uint64_t seed
     *out = NULL;
     qc_status st = check_synth_cfg(cfg, err);
     if (st) return st;
-    if (dtype != QC_F32 && dtype != QC_BF16 && dtype != QC_F16)
+    if (dtype != QC_F32 && dtype != QC_BF16 && dtype != QC_F16 && dtype != QC_Q8_0)
         return qc_errf(err, QC_ERR_ARG, "synthetic model: bad dtype %d", (int)dtype);
+    const qc_dtype pdt = dtype, odt = dtype == QC_Q8_0 ? QC_BF16 : dtype; /* projections, rest */
     qc_model *m = qc_model_new(cfg);
     if (!m) return qc_errf(err, QC_ERR_OOM, "synthetic model: out of memory");
     const qc_config *c = &m->cfg;
@@ -132,50 +157,50 @@ qc_status qc_model_synthetic(const qc_config *cfg, qc_dtype dtype, uint64_t seed
         gen_job *j_ = &jobs[nj++];                                                 \
         j_->dst = t_, j_->numel = qc_tensor_numel(t_), j_->offset = total;         \
         j_->mean = (mean_), j_->std = (std_), j_->kind = (kind_), j_->id = id++;   \
-        total += (j_->numel * qc_dtype_size(dt) + 63) & ~(size_t)63;               \
+        total += (qc_dtype_row_bytes((dt), (int64_t)j_->numel) + 63) & ~(size_t)63; \
     } while (0)
     int64_t V = c->vocab_size, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     int64_t nh = c->n_heads, nkv = c->n_kv_heads, nv = c->lin_n_v_heads, K = c->conv_kernel;
     int64_t vd = qc_cfg_value_dim(c), C = qc_cfg_conv_dim(c);
     float sH = (float)(1.0 / sqrt((double)H));
-    ADD(&m->embed, dtype, 2, V, H, 0, 0.0f, sH, G_NORMAL);
-    ADD(&m->final_norm, dtype, 1, H, 0, 0, 0.0f, 0.1f, G_NORMAL);
-    if (!c->tie_word_embeddings) ADD(&m->lm_head, dtype, 2, V, H, 0, 0.0f, sH, G_NORMAL);
+    ADD(&m->embed, odt, 2, V, H, 0, 0.0f, sH, G_NORMAL);
+    ADD(&m->final_norm, odt, 1, H, 0, 0, 0.0f, 0.1f, G_NORMAL);
+    if (!c->tie_word_embeddings) ADD(&m->lm_head, pdt, 2, V, H, 0, 0.0f, sH, G_NORMAL);
     else id++; /* keep every later tensor's id (hence values) independent of tying */
     for (int li = 0; li < c->n_layers; li++) {
         qc_layer_weights *w = &m->layers[li];
-        ADD(&w->input_norm, dtype, 1, H, 0, 0, 0.0f, 0.1f, G_NORMAL);
-        ADD(&w->post_norm, dtype, 1, H, 0, 0, 0.0f, 0.1f, G_NORMAL);
+        ADD(&w->input_norm, odt, 1, H, 0, 0, 0.0f, 0.1f, G_NORMAL);
+        ADD(&w->post_norm, odt, 1, H, 0, 0, 0.0f, 0.1f, G_NORMAL);
         if (!qc_cfg_is_moe(c)) {
-            ADD(&w->mlp_gate, dtype, 2, I, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->mlp_up, dtype, 2, I, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->mlp_down, dtype, 2, H, I, 0, 0.0f, (float)(1.0 / sqrt((double)I)), G_NORMAL);
+            ADD(&w->mlp_gate, pdt, 2, I, H, 0, 0.0f, sH, G_NORMAL);
+            ADD(&w->mlp_up, pdt, 2, I, H, 0, 0.0f, sH, G_NORMAL);
+            ADD(&w->mlp_down, pdt, 2, H, I, 0, 0.0f, (float)(1.0 / sqrt((double)I)), G_NORMAL);
         } else {
             for (int q = 0; q < QC_MOE_N; q++) { /* router, experts, shared expert (+ gate) */
                 int64_t sh[4];
                 int nd = qc_moe_shape(c, q, sh);
-                ADD(qc_moe_view(w, q), dtype, nd, sh[0], sh[1], sh[2], 0.0f,
+                ADD(qc_moe_view(w, q), odt, nd, sh[0], sh[1], sh[2], 0.0f,
                     qc_moe_synth_std(c, q), G_NORMAL);
             }
         }
         if (c->layer_types[li] == QC_LAYER_FULL) {
-            ADD(&w->q_proj, dtype, 2, 2 * nh * hd, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->k_proj, dtype, 2, nkv * hd, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->v_proj, dtype, 2, nkv * hd, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->o_proj, dtype, 2, H, nh * hd, 0, 0.0f, (float)(1.0 / sqrt((double)(nh * hd))),
+            ADD(&w->q_proj, pdt, 2, 2 * nh * hd, H, 0, 0.0f, sH, G_NORMAL);
+            ADD(&w->k_proj, pdt, 2, nkv * hd, H, 0, 0.0f, sH, G_NORMAL);
+            ADD(&w->v_proj, pdt, 2, nkv * hd, H, 0, 0.0f, sH, G_NORMAL);
+            ADD(&w->o_proj, pdt, 2, H, nh * hd, 0, 0.0f, (float)(1.0 / sqrt((double)(nh * hd))),
                 G_NORMAL);
-            ADD(&w->q_norm, dtype, 1, hd, 0, 0, 0.0f, 0.1f, G_NORMAL);
-            ADD(&w->k_norm, dtype, 1, hd, 0, 0, 0.0f, 0.1f, G_NORMAL);
+            ADD(&w->q_norm, odt, 1, hd, 0, 0, 0.0f, 0.1f, G_NORMAL);
+            ADD(&w->k_norm, odt, 1, hd, 0, 0, 0.0f, 0.1f, G_NORMAL);
         } else {
-            ADD(&w->in_proj_qkv, dtype, 2, C, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->in_proj_z, dtype, 2, vd, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->in_proj_b, dtype, 2, nv, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->in_proj_a, dtype, 2, nv, H, 0, 0.0f, sH, G_NORMAL);
-            ADD(&w->conv1d, dtype, 3, C, 1, K, 0.0f, (float)(1.0 / sqrt((double)K)), G_NORMAL);
-            ADD(&w->dt_bias, dtype, 1, nv, 0, 0, 0.0f, 0.5f, G_NORMAL);
+            ADD(&w->in_proj_qkv, pdt, 2, C, H, 0, 0.0f, sH, G_NORMAL);
+            ADD(&w->in_proj_z, pdt, 2, vd, H, 0, 0.0f, sH, G_NORMAL);
+            ADD(&w->in_proj_b, pdt, 2, nv, H, 0, 0.0f, sH, G_NORMAL);
+            ADD(&w->in_proj_a, pdt, 2, nv, H, 0, 0.0f, sH, G_NORMAL);
+            ADD(&w->conv1d, odt, 3, C, 1, K, 0.0f, (float)(1.0 / sqrt((double)K)), G_NORMAL);
+            ADD(&w->dt_bias, odt, 1, nv, 0, 0, 0.0f, 0.5f, G_NORMAL);
             ADD(&w->A_log, QC_F32, 1, nv, 0, 0, 0.0f, 0.0f, G_ALOG);
             ADD(&w->lin_norm, QC_F32, 1, c->lin_v_dim, 0, 0, 1.0f, 0.1f, G_NORMAL);
-            ADD(&w->out_proj, dtype, 2, H, vd, 0, 0.0f, (float)(1.0 / sqrt((double)vd)), G_NORMAL);
+            ADD(&w->out_proj, pdt, 2, H, vd, 0, 0.0f, (float)(1.0 / sqrt((double)vd)), G_NORMAL);
         }
     }
 #undef ADD

@@ -32,6 +32,7 @@ static int parse_dtype(const char *s, qc_dtype *t) {
     if (!strcmp(s, "F32")) return *t = QC_F32, 1;
     if (!strcmp(s, "BF16")) return *t = QC_BF16, 1;
     if (!strcmp(s, "F16")) return *t = QC_F16, 1;
+    if (!strcmp(s, "I8")) return *t = QC_I8, 1; /* Q8_0 quants (qc_model_q8.c pairs them) */
     static const char *known[] = {"BOOL", "U8",  "I8",  "I16", "U16",     "I32",     "U32",
                                   "I64",  "U64", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
                                   "F4",   "F6_E2M3", "F6_E3M2", "C64"};

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from . import config as qconfig
+from . import q8_0
 from . import safetensors
 
 SKIP_PREFIXES = ("model.visual.", "mtp.")
@@ -227,6 +228,11 @@ def load(model_dir, cfg=None):
             if c in raw:
                 raise CheckpointError("%s: %s: duplicate tensor (also in %s)" % (path, name, where[c]))
             raw[c], where[c], dtypes[c] = arr, path, dtype
+
+    try:  # Q8_0: I8 weight + F16 weight_scale -> the dequantized weight (qcgolden/q8_0.py)
+        q8_0.join_pairs(raw, where, dtypes)
+    except ValueError as e:
+        raise CheckpointError(str(e))
 
     # legacy packed layout -> split
     for c in sorted(raw):

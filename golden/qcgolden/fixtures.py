@@ -122,7 +122,26 @@ MOE = [
         "d_v = 8), 4 query heads on 1 KV head."),
 ]
 
+Q8 = [
+    ModelSpec(
+        name="tiny-q8_0", seed=606,
+        vocab_size=96, hidden_size=32, intermediate_size=64, layer_types=[L, L, L, F],
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        linear_num_key_heads=1, linear_num_value_heads=2,
+        linear_key_head_dim=16, linear_value_head_dim=16,
+        partial_rotary_factor=0.25, rope_theta=1e7, tie_word_embeddings=False, dtype="F32",
+        nested=False, weight_type="q8_0",
+        description="8-bit block-quantized weights in llama.cpp's Q8_0 layout (`golden/SCHEMA.md`, "
+        "\"Q8_0 checkpoints\"): every 2-D projection (attention q/k/v/o, DeltaNet "
+        "in_proj_qkv/z/b/a and out_proj, MLP gate/up/down) and the untied lm_head stored as I8 "
+        "`X.weight` [out, in] plus F16 `X.weight_scale` [out, in/32] (blocks of 32 along a row, "
+        "d = max|x| / 127, q = round(x / d)); embeddings, norms, conv1d, A_log, dt_bias F32. The "
+        "golden computes with the dequantized weights d * q (exact in float32). Inputs of 32 "
+        "(one block per row) and 64 (down_proj: two blocks); n_v = 2 n_k, GQA 2:1, flat config."),
+]
+
 FIXTURES += MOE   # standard cases; their goldens add the router record (golden/SCHEMA.md "MoE")
+FIXTURES += Q8    # standard cases; Q8_0 projections (qcgolden/q8_0.py)
 
 
 # Fixtures with their own cases and builder (module with SPEC, build(root), cases or CASE):

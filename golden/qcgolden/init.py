@@ -30,6 +30,7 @@ import numpy as np
 
 from . import checkpoint
 from . import config as qconfig
+from . import q8_0
 from . import safetensors
 
 TORCH_DTYPE_NAME = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
@@ -61,6 +62,7 @@ class ModelSpec:
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
     dtype: str = "F32"                 # storage dtype: F32 | BF16 | F16
+    weight_type: str = "float"         # float | q8_0 (projections I8 + F16 scale, q8_0.py)
     nested: bool = False               # config under text_config, names model.language_model.*
     rope_style: str = "parameters"     # parameters (rope_parameters) | legacy (top-level fields)
     layer_style: str = "types"         # types (layer_types) | interval (full_attention_interval)
@@ -281,6 +283,10 @@ def make_weights(s):
     prefix = "model.language_model." if s.nested else "model."
     out = [("lm_head.weight" if n == "lm_head.weight" else prefix + n, storage_dtype(s, n), a)
            for n, a in canon.items()]
+    if s.weight_type == "q8_0":
+        out = q8_0.quantize_tensors(out, checkpoint.canonical_name)
+    elif s.weight_type != "float":
+        raise ValueError("%s: weight_type %r: float or q8_0" % (s.name, s.weight_type))
     if s.extras:
         out += [(n, s.dtype, a) for n, a in extra_tensors(s).items()]
     return sorted(out, key=lambda t: t[0])

@@ -4,9 +4,11 @@ File format: 8-byte little-endian u64 N, then N bytes of JSON header
 {name: {"dtype": D, "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
 then the raw little-endian tensor bytes; offsets are relative to the end of the header.
 
-Supported dtypes: F32, BF16, F16 (anything else is a clear error). The reader returns numpy
-float32 arrays (BF16 / F16 widen exactly), so nothing is lost; the writer takes float64 or
-float32 arrays and rounds to the target dtype (round to nearest even, also for BF16).
+Supported dtypes: F32, BF16, F16 (anything else is a clear error), and I8 only as the quants
+of a Q8_0 weight `X.weight` next to its `X.weight_scale` in the same file (qcgolden/q8_0.py).
+The reader returns numpy float32 arrays (BF16 / F16 / I8 widen exactly), so nothing is lost;
+the writer takes float64 or float32 arrays and rounds to the target dtype (round to nearest
+even, also for BF16; I8 takes integers in [-128, 127]).
 """
 import json
 import os
@@ -14,7 +16,7 @@ import struct
 
 import numpy as np
 
-DTYPE_SIZE = {"F32": 4, "BF16": 2, "F16": 2}
+DTYPE_SIZE = {"F32": 4, "BF16": 2, "F16": 2, "I8": 1}
 
 
 class SafetensorsError(ValueError):
@@ -55,6 +57,12 @@ def round_to_dtype(x, dtype):
 
 def encode(x, dtype):
     """Raw little-endian bytes of x stored as dtype."""
+    if dtype == "I8":
+        a = np.asarray(x)
+        q = a.astype(np.int8)
+        if not np.array_equal(q.astype(np.float64), np.asarray(a, dtype=np.float64)):
+            raise SafetensorsError("I8: values are not integers in [-128, 127]")
+        return q.tobytes()
     x32 = np.asarray(x, dtype=np.float64).astype(np.float32)
     if dtype == "F32":
         return x32.astype("<f4").tobytes()
@@ -73,6 +81,8 @@ def decode(buf, dtype, shape):
         a = np.frombuffer(buf, dtype="<f2").astype(np.float32)
     elif dtype == "BF16":
         a = bf16_bits_to_f32(np.frombuffer(buf, dtype="<u2"))
+    elif dtype == "I8":
+        a = np.frombuffer(buf, dtype=np.int8).astype(np.float32)
     else:
         raise SafetensorsError("unsupported dtype %r" % dtype)
     return a.reshape(shape)
@@ -109,6 +119,9 @@ def read_header(path):
         if e["dtype"] not in DTYPE_SIZE:
             raise SafetensorsError("%s: %s: unsupported dtype %s (F32, BF16, F16 only)"
                                    % (path, name, e["dtype"]))
+        if e["dtype"] == "I8" and (not name.endswith(".weight") or name + "_scale" not in header):
+            raise SafetensorsError("%s: %s: unsupported dtype I8 (only as a Q8_0 weight next to "
+                                   "its %s_scale)" % (path, name, name))
         b, en = e["data_offsets"]
         count = 1
         for d in e["shape"]:

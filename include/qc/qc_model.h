@@ -3,7 +3,8 @@
  * Ownership: qc_model_load / qc_model_synthetic return a model that owns its memory (mmaps of
  * the safetensors files and any buffers made at load, e.g. from the legacy packed layout);
  * qc_model_free releases all of it. Tensor views stay valid until then. Weights keep their
- * stored dtype (F32 / BF16 / F16); a backend converts or repacks as it likes.
+ * stored dtype (F32 / BF16 / F16, or Q8_0 for 2-D projection matrices); a backend converts or
+ * repacks as it likes.
  */
 #ifndef QC_MODEL_H
 #define QC_MODEL_H
@@ -14,11 +15,24 @@
 #include "qc/qc_config.h"
 #include "qc/qc_status.h"
 
-typedef enum { QC_F32 = 0, QC_BF16 = 1, QC_F16 = 2 } qc_dtype;
+/* QC_I8: a raw safetensors I8 tensor (only ever the quants of a Q8_0 pair: the loader turns
+ * `X.weight` I8 [out, in] + `X.weight_scale` F16 [out, in/32] into one QC_Q8_0 view).
+ * QC_Q8_0: llama.cpp's Q8_0 block layout: a [out, in] matrix (in % 32 == 0) stored row-major
+ * as out * in/32 blocks of QC_Q8_0_BLOCK_BYTES = 34 bytes, each { f16 d (little-endian);
+ * int8 q[32] } holding the 32 consecutive values d * q[j] of one row (blocks never straddle
+ * rows); d * q is exact in fp32. Element i of the tensor is in block i / 32, slot i % 32. */
+typedef enum { QC_F32 = 0, QC_BF16 = 1, QC_F16 = 2, QC_Q8_0 = 3, QC_I8 = 4 } qc_dtype;
+#define QC_Q8_0_BLOCK 32       /* values per Q8_0 block */
+#define QC_Q8_0_BLOCK_BYTES 34 /* f16 d + 32 int8 */
 
-const char *qc_dtype_str(qc_dtype t);     /* "F32", "BF16", "F16" */
-size_t qc_dtype_size(qc_dtype t);         /* 4, 2, 2 */
-/* "bf16" / "f32" / "f16" (any case) -> dtype; QC_ERR_ARG "<what>: 'x' is not bf16, f32 or f16". */
+const char *qc_dtype_str(qc_dtype t);     /* "F32", "BF16", "F16", "Q8_0", "I8" */
+/* Bytes per element: 4, 2, 2, 1 (Q8_0: the int8 quant only; its real storage is 34 bytes per
+ * 32 values: use qc_dtype_row_bytes / qc_tensor_bytes for byte counts), 1. */
+size_t qc_dtype_size(qc_dtype t);
+/* Bytes of n consecutive elements of one row (Q8_0: n must be a multiple of 32; n/32 * 34). */
+size_t qc_dtype_row_bytes(qc_dtype t, int64_t n);
+/* "bf16" / "f32" / "f16" / "q8_0" (any case) -> dtype; QC_ERR_ARG "<what>: 'x' is not bf16,
+ * f32, f16 or q8_0". */
 qc_status qc_dtype_parse(const char *s, const char *what, qc_dtype *out, qc_err *err);
 
 typedef struct {
@@ -29,7 +43,9 @@ typedef struct {
 } qc_tensor;
 
 size_t qc_tensor_numel(const qc_tensor *t);
-/* Element i widened to float (bf16: bits << 16; f16: IEEE half). */
+/* Bytes of the tensor's storage (0 when absent; Q8_0: numel / 32 * 34). */
+size_t qc_tensor_bytes(const qc_tensor *t);
+/* Element i widened to float (bf16: bits << 16; f16: IEEE half; Q8_0: d * q, exact). */
 float qc_tensor_get(const qc_tensor *t, size_t i);
 /* All elements widened to float into dst[numel]. */
 void qc_tensor_to_f32(const qc_tensor *t, float *dst);
@@ -39,6 +55,9 @@ float qc_bf16_to_f32(uint16_t h);
 float qc_f16_to_f32(uint16_t h);
 uint16_t qc_f32_to_bf16(float f); /* round to nearest even (NaN kept quiet) */
 uint16_t qc_f32_to_f16(float f);  /* round to nearest even */
+/* Quantize 32 finite floats into one Q8_0 block (34 bytes) as the golden generator does:
+ * d = f16(max|v| / 127), q = clamp(round_half_even(v / d), -127, 127) (all 0 when d == 0). */
+void qc_q8_0_quantize_block(const float *v, unsigned char *blk);
 
 typedef struct {
     /* every layer */
@@ -99,7 +118,8 @@ typedef struct qc_model {
 qc_status qc_model_load(const char *dir, qc_model **out, qc_err *err);
 
 /* A model with the given config and seeded random weights in memory, every tensor stored as
- * `dtype` except A_log and lin_norm (always F32, as real checkpoints). Weight scales are
+ * `dtype` except A_log and lin_norm (always F32, as real checkpoints); QC_Q8_0: the dense
+ * layers' 2-D projections and an untied lm_head Q8_0, the other tensors BF16. Weight scales are
  * realistic (norm offsets near 0, gated-norm weight near 1, decays from fast to slow). */
 qc_status qc_model_synthetic(const qc_config *cfg, qc_dtype dtype, uint64_t seed, qc_model **out,
                              qc_err *err);
