@@ -13,6 +13,10 @@ From golden/ (or with PYTHONPATH=golden), the same as a module:
         len(history)); margins are recorded but not enforced (a warning below 0.05)
   write-model --fixture NAME --out DIR [--force]
         write one fixture checkpoint (see qcgolden/fixtures.py) somewhere else
+  write-model --preset 0.8b|2b|4b|9b|35b-a3b|122b-a10b|397b-a17b --dtype bf16|f32|f16 --out DIR
+        [--seed N] [--layers N] [--shards N | --max-shard-size SIZE] [--force]
+        a seeded synthetic checkpoint with a preset's real dimensions (the C presets of
+        `qwen-conform bench --synthetic`), written tensor by tensor (qcgolden/preset.py)
   regen [--write] [--verbose] [--fixtures DIR]
         what golden/regen runs (qcgolden/regen.py)
 
@@ -521,6 +525,15 @@ def cmd_generate(a):
 
 
 def cmd_write_model(a):
+    if (a.fixture is None) == (a.preset is None):
+        raise InputError("write-model: give one of --fixture NAME or --preset NAME "
+                         "(see %s write-model --help)" % PROG)
+    if a.preset is not None:
+        return cmd_write_preset(a)
+    for flag, v in (("--dtype", a.dtype), ("--seed", a.seed), ("--layers", a.layers),
+                    ("--shards", a.shards), ("--max-shard-size", a.max_shard_size)):
+        if v is not None:
+            raise InputError("write-model: %s is for --preset only" % flag)
     from . import fixtures
     try:
         spec = fixtures.by_name(a.fixture)
@@ -547,6 +560,76 @@ def cmd_write_model(a):
     _TEMP_DIRS.append(out)
     try:
         names = init.write_checkpoint(spec, out)
+    except OSError as e:
+        raise InputError("--out %s: cannot write: %s%s" % (
+            out, e.strerror or e, " (%s)" % e.filename if e.filename else ""))
+    finally:
+        _remove_temps(out, os.getpid())
+    _print("\n".join(names))
+    return 0
+
+
+def _check_model_out(out, force):
+    """--out DIR of write-model: a directory (or a new one in an existing directory) that holds
+    no checkpoint unless force."""
+    if not out:
+        raise InputError("--out: empty path")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InputError("--out %s: exists and is not a directory" % out)
+    if os.path.isdir(out) and not force:
+        have = sorted(n for n in os.listdir(out) if n == "config.json" or
+                      n.endswith(".safetensors") or n == "model.safetensors.index.json")
+        if have:
+            raise InputError("--out %s: already holds a checkpoint (%s): refused without --force"
+                             % (out, os.path.join(out, have[0])))
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise InputError("--out %s: directory %s does not exist" % (out, parent))
+
+
+def cmd_write_preset(a):
+    from . import preset
+    if a.preset not in preset.PRESETS:
+        raise InputError("--preset %r: unknown (known: %s)" % (a.preset, ", ".join(preset.PRESETS)))
+    dtype = (a.dtype or "bf16").lower()
+    if dtype not in preset.DTYPES:
+        raise InputError("--dtype %r: bf16, f32 or f16" % a.dtype)
+    if a.shards is not None and a.max_shard_size is not None:
+        raise InputError("write-model: --shards and --max-shard-size exclude each other")
+    max_shard = preset.DEFAULT_MAX_SHARD
+    if a.max_shard_size is not None:
+        max_shard = parse_size(a.max_shard_size, "--max-shard-size")
+        if max_shard < 1:
+            raise InputError("--max-shard-size: must be positive")
+    full_layers = preset.PRESETS[a.preset][2]
+    if a.layers is not None and not 1 <= a.layers <= full_layers:
+        raise InputError("--layers %d: %s has %d layers (1..%d)"
+                         % (a.layers, a.preset, full_layers, full_layers))
+    out = a.out
+    _check_model_out(out, a.force)
+    spec = preset.spec(a.preset, dtype, seed=1 if a.seed is None else a.seed, layers=a.layers)
+    files, total = preset.layout(spec, a.shards, max_shard)
+    need = total + (1 << 20)
+    probe = out if os.path.isdir(out) else os.path.dirname(os.path.abspath(out))
+    st = os.statvfs(probe)
+    if st.f_bavail * st.f_frsize < need:
+        raise InputError("--out %s: %.2f GB needed, %.2f GB free on its file system"
+                         % (out, need / 1e9, st.f_bavail * st.f_frsize / 1e9))
+    created = not os.path.isdir(out)
+    _TEMP_DIRS.append(out)
+    if created:
+        _CREATED_DIRS.append(out)
+    last = [-1]
+
+    def progress(done, tot):
+        pct = int(100 * done / tot) if tot else 100
+        if pct // 10 != last[0] // 10:
+            last[0] = pct
+            sys.stderr.write("%s: write-model: %3d%% of %.2f GB\n" % (PROG, pct, tot / 1e9))
+            sys.stderr.flush()
+    try:
+        names = preset.write(spec, out, shards=a.shards, max_shard_bytes=max_shard,
+                             progress=progress if a.progress else None)
     except OSError as e:
         raise InputError("--out %s: cannot write: %s%s" % (
             out, e.strerror or e, " (%s)" % e.filename if e.filename else ""))
@@ -584,8 +667,20 @@ def build_parser():
     g.add_argument("--max-memory", metavar="SIZE", help="refuse when the estimate exceeds SIZE "
                    "(e.g. 8G; default: the machine's available memory)")
     w = sub.add_parser("write-model", allow_abbrev=False, prog=PROG + " write-model",
-                       help="write a fixture checkpoint")
-    w.add_argument("--fixture", required=True)
+                       help="write a fixture checkpoint, or a synthetic one of a preset's size")
+    w.add_argument("--fixture", help="a committed fixture's checkpoint (qcgolden/fixtures.py)")
+    w.add_argument("--preset", help="a seeded synthetic checkpoint with this preset's real "
+                   "dimensions (0.8b, 2b, 4b, 9b, 35b-a3b, 122b-a10b, 397b-a17b)")
+    w.add_argument("--dtype", help="(--preset) storage dtype bf16 (default), f32 or f16")
+    w.add_argument("--seed", type=_int_arg("--seed", 0, 2 ** 32 - 1), default=None,
+                   metavar="N", help="(--preset) weights seed (default 1)")
+    w.add_argument("--layers", type=_int_arg("--layers", 1, 1000), default=None, metavar="N",
+                   help="(--preset) keep the first N layers (real per-layer dimensions)")
+    w.add_argument("--shards", type=_int_arg("--shards", 1, 1000), default=None, metavar="N",
+                   help="(--preset) N weight files + index (default: by --max-shard-size)")
+    w.add_argument("--max-shard-size", metavar="SIZE", help="(--preset) shard when the weights "
+                   "exceed SIZE (default 2 GB = 2e9 bytes)")
+    w.add_argument("--progress", action="store_true", help="(--preset) progress on stderr")
     w.add_argument("--out", required=True, metavar="DIR")
     w.add_argument("--force", action="store_true",
                    help="write into a directory that already holds a checkpoint")
@@ -609,6 +704,8 @@ def main(argv):
 
 # Directories where this process may have a <name>.tmp.<pid> file (the outputs' directories).
 _TEMP_DIRS = []
+# Directories this process created for an output (removed on a signal when left empty).
+_CREATED_DIRS = []
 
 
 def _on_signal(signum, frame):
@@ -617,6 +714,11 @@ def _on_signal(signum, frame):
     (torch's import turns it into a RuntimeError); there is nothing else to clean up."""
     for d in _TEMP_DIRS:
         _remove_temps(d, os.getpid())
+    for d in _CREATED_DIRS:
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
     name = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
     try:
         os.write(2, ("%s: interrupted (%s)%s\n" % (
