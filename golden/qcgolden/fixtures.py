@@ -124,7 +124,7 @@ MOE = [
 
 Q8 = [
     ModelSpec(
-        name="tiny-q8_0", seed=606,
+        name="tiny-q8_0", seed=616,
         vocab_size=96, hidden_size=32, intermediate_size=64, layer_types=[L, L, L, F],
         num_attention_heads=2, num_key_value_heads=1, head_dim=16,
         linear_num_key_heads=1, linear_num_value_heads=2,
