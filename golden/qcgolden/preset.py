@@ -94,8 +94,10 @@ def config_text(s):
 def entries(s):
     """[(file tensor name, canonical name, dtype, shape)] in file order (sorted names), as
     init.make_weights names and stores them (split layout, fused experts, no extras)."""
-    if s.legacy_packed or s.extras or (s.num_experts and s.expert_layout != "fused"):
-        raise ValueError("streaming writer: split layout, fused experts, no extras only")
+    if s.legacy_packed or s.extras or (s.num_experts and s.expert_layout != "fused") or \
+            getattr(s, "weight_type", "float") != "float":
+        raise ValueError("streaming writer: float weights, split layout, fused experts, "
+                         "no extras only")
     prefix = "model.language_model." if s.nested else "model."
     out = []
     for n, shape in checkpoint.expected_shapes(s.text_config()).items():
