@@ -90,17 +90,24 @@ typedef struct {
     int threads;                /* threads (as reported: the resolved count) */
     int ti;                     /* index into bench_report.probe (-1: imported) */
     double samples[MAX_REPS];   /* tokens/s per repetition */
+    double fast[MAX_REPS];      /* per repetition the tokens/s of its fastest run (a sample
+                                 * repeats its run up to --min-time / reps): the gate's samples */
     int rep[MAX_REPS];          /* the repetition of each sample (probe index) */
     int n;
     double secs;                /* seconds measured, summed */
+    double wait_secs;           /* of which the process waited for a CPU (run-queue wait,
+                                 * estimated per sample: its share of the sample's wall time) */
     /* statistics (qc_bench_stats.c) */
     double median, min, max, mad, lo, hi; /* lo..hi: bootstrap 95 % interval of the median */
+    double best, best_lo;       /* the gate's location: the fastest run over all repetitions,
+                                 * and its lower bound: the upper-quartile repetition's fastest */
     double limit;               /* tokens/s the limit allows (0: unknown) */
     int base;                   /* figure of the --ratio-to backend it is compared with (-1) */
     double ratio, ratio_lo, ratio_hi;
     /* the --baseline gate (qc_bench_gate.c) */
     int gated;                  /* 1: a baseline figure matched */
     double b_median, b_lo, b_hi;
+    double b_best, b_best_lo;   /* the baseline's location (its best, else median) and bound */
     int verdict;                /* 0 ok, 1 regression, 2 faster */
 } bench_fig;
 
@@ -187,6 +194,10 @@ void bench_machine_info_read(bench_machine_info *mc);
 /* The machine facts, ISA, date, the model's weight bytes and flops per token, the workload of
  * o into *R; the weight segments into run. */
 void bench_machine(const bench_opts *o, const qc_model *m, bench_report *R, bench_run *run);
+/* This process's run-queue wait so far in seconds (Linux /proc schedstat: the time its
+ * threads were runnable but not running; 0 where unavailable): threads <= 1 the calling
+ * thread's, else the sum over the process's threads / threads. */
+double bench_rq_wait_s(int threads);
 /* One probe sample (best of 3 passes) at thread count probe p into R->probe[p]. */
 void bench_probe_sample(bench_report *R, const bench_run *run, int p, int rep, int reps);
 
@@ -200,7 +211,8 @@ int bench_name_backends(const bench_opts *o, bench_report *R, qc_err *err);
  * then every backend's figures), destroy them; samples into R->fig. Exit code. */
 int bench_measure_all(const bench_opts *o, qc_model *m, bench_report *R, bench_run *run,
                       qc_err *err);
-/* Re-measure every figure of R (fresh samples, same plan): the gate's second look. Exit code. */
+/* Re-measure every figure of R (twice the repetitions and --min-time), the new samples added
+ * to the first look's: the gate's second look. Exit code. */
 int bench_remeasure(const bench_opts *o, qc_model *m, bench_report *R, bench_run *run,
                     qc_err *err);
 /* Free the prompts. */
@@ -228,6 +240,8 @@ void bench_warn(bench_report *R, const char *fmt, ...) __attribute__((format(pri
  * by test (pp N / tg N at depth D, threads) to this run's figures. Call after the figures are
  * planned. Exit code (2: the file or a field is bad, named). */
 int bench_import_peer(const bench_opts *o, bench_report *R, qc_err *err);
+/* The gate's noise model in one line (reports, --help). */
+extern const char bench_gate_model[];
 /* Compare R with --baseline (noise model: a regression when the new interval's top lies below
  * the old interval's bottom by more than --max-regression). Fills the figures' gate fields and
  * R->gate_*. *suspects receives the regression count. Exit code (2 bad baseline). */

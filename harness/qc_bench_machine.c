@@ -6,6 +6,8 @@
  */
 #include "qc_bench_internal.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,42 @@ double bench_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* the run-queue delay (ns, the second field) of one /proc schedstat file, -1 unreadable */
+static double schedstat_wait_ns(int fd) {
+    char buf[128];
+    ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+    if (k <= 0) return -1;
+    buf[k] = '\0';
+    unsigned long long run = 0, wait = 0;
+    return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? (double)wait : -1;
+}
+
+double bench_rq_wait_s(int threads) {
+    static int self_fd = -2;
+    if (threads <= 1) {
+        if (self_fd == -2) self_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+        const double w = self_fd >= 0 ? schedstat_wait_ns(self_fd) : -1;
+        return w < 0 ? 0 : 1e-9 * w;
+    }
+    /* several threads: the process's waits over all its threads, per thread of the figure */
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    double sum = 0;
+    const struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[96];
+        snprintf(path, sizeof path, "/proc/self/task/%.40s/schedstat", e->d_name);
+        const int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        const double w = schedstat_wait_ns(fd);
+        close(fd);
+        sum += w > 0 ? w : 0;
+    }
+    closedir(d);
+    return 1e-9 * sum / threads;
 }
 
 /* ===================================================================================== */

@@ -4,10 +4,14 @@
  * repetitions (rep 1 of every backend and figure, then rep 2, ...; so ratios come from one run
  * under the same machine load), in tokens/s. A sample that would take less than
  * --min-time / reps seconds repeats its run until it does (tokens / seconds over the
- * repeats), so tiny figures are not clock noise. See qc_bench_internal.h.
+ * repeats), so tiny figures are not clock noise. Each sample also records its fastest run
+ * (the gate's location: host load only ever slows a run down) and the share of its time the
+ * process waited for a CPU (bench_rq_wait_s, diagnostics). See qc_bench_internal.h.
  */
+#define _GNU_SOURCE 1 /* sched_setaffinity */
 #include "qc_bench_internal.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,9 +131,9 @@ int bench_alloc_prompts(const bench_opts *o, const qc_model *m, bench_run *run) 
 }
 
 /* One run: reset, prefill n tokens (mode static: one call per token; dynamic: chunks of msl),
- * then dec decode steps. *pre_s / *dec_s receive the seconds of each part. */
+ * then dec decode steps. t[0] / t[1] receive the seconds of each part. */
 static qc_status run_one(qc_backend *be, qc_state *st, qc_mode mode, const int32_t *toks, int n,
-                         int msl, int dec, double *pre_s, double *dec_s, float *logits, qc_err *err) {
+                         int msl, int dec, double t[2], float *logits, qc_err *err) {
     qc_profile p;
     qc_profile_for_mode(&p, mode, mode == QC_MODE_DYNAMIC ? (msl > 0 ? msl : 1) : (n > 0 ? n : 1),
                         st->max_context_len);
@@ -143,14 +147,13 @@ static qc_status run_one(qc_backend *be, qc_state *st, qc_mode mode, const int32
     int32_t first = 0;
     double t0 = bench_now_s();
     if (n > 0) s = qc_runner_prefill(r, toks, n, 0, NULL, NULL, &first, err);
-    double t1 = bench_now_s();
-    *pre_s = t1 - t0;
-    *dec_s = 0;
+    t[0] = bench_now_s() - t0;
+    t[1] = 0;
     if (!s && dec > 0) {
         /* each step computes its logits (a real decode needs them to pick the next token) */
         t0 = bench_now_s();
         for (int i = 0; i < dec && !s; i++) s = qc_runner_decode(r, toks[n + i], logits, err);
-        *dec_s = bench_now_s() - t0;
+        t[1] = bench_now_s() - t0;
     }
     qc_runner_destroy(r);
     return s;
@@ -161,23 +164,31 @@ static qc_status run_one(qc_backend *be, qc_state *st, qc_mode mode, const int32
  * recorded). */
 static qc_status sample(const bench_opts *o, bench_report *R, bench_run *run, int b, qc_mode mode,
                         int n, int msl, int fp, int fd, int rep, double target, qc_err *err) {
-    const int dec = fd >= 0 ? R->fig[fd].tokens : 0;
-    double pre = 0, dcs = 0;
+    const int dec = fd >= 0 ? R->fig[fd].tokens : 0, thr = R->fig[fp >= 0 ? fp : fd].threads;
+    double pre = 0, dcs = 0, fast[2] = {0, 0};
     long np = 0, nd = 0;
+    /* run-queue wait over the sample's runs (outside the timed parts: diagnostics only) */
+    const double w0 = bench_now_s(), q0 = bench_rq_wait_s(thr);
     for (int k = 0; k < (1 << 20); k++) {
         /* a part that has its time stops: the decode steps once they took target seconds */
         const int dk = k == 0 || dcs < target ? dec : 0;
-        double a = 0, d = 0;
-        qc_status s = run_one(run->bes[b], run->sts[b], mode, run->toks, n, msl, dk, &a, &d,
+        double t[2] = {0, 0};
+        qc_status s = run_one(run->bes[b], run->sts[b], mode, run->toks, n, msl, dk, t,
                               run->logits, err);
         if (s) return s;
-        pre += a;
-        dcs += d;
+        pre += t[0];
+        dcs += t[1];
+        for (int i = 0; i < 2; i++) { /* the fastest run of the sample */
+            const int nt = i ? dk : n;
+            if (nt > 0 && t[i] > 0 && nt / t[i] > fast[i]) fast[i] = nt / t[i];
+        }
         np += n;
         nd += dk;
         if (rep < 0 || ((fp < 0 || pre >= target) && (fd < 0 || dcs >= target))) break;
     }
     if (rep < 0) return QC_OK;
+    const double wall = bench_now_s() - w0, qw = bench_rq_wait_s(thr) - q0;
+    const double wfrac = wall > 0 && qw > 0 ? (qw < wall ? qw / wall : 1.0) : 0.0;
     const int pi = R->probe[R->fig[fp >= 0 ? fp : fd].ti].n - 1;
     int ids[2] = {fp, fd};
     double secs[2] = {pre, dcs};
@@ -187,11 +198,14 @@ static qc_status sample(const bench_opts *o, bench_report *R, bench_run *run, in
         bench_fig *f = &R->fig[ids[i]];
         if (f->n >= MAX_REPS) continue;
         f->rep[f->n] = pi;
+        f->fast[f->n] = fast[i];
         f->samples[f->n++] = (double)toks[i] / secs[i];
         f->secs += secs[i];
-        fprintf(stderr, "%s: rep %d: %-12s %-7s %6d tok @ %5d, %2d thr: %10.2f tok/s\n", PROG,
-                rep + 1, R->be[b].name, bench_mode_names[f->mode], f->tokens, f->depth, f->threads,
-                f->samples[f->n - 1]);
+        f->wait_secs += wfrac * secs[i];
+        fprintf(stderr, "%s: rep %d: %-12s %-7s %6d tok @ %5d, %2d thr: %10.2f tok/s (fastest run "
+                "%.2f; %.0f%% run-queue wait)\n", PROG, rep + 1, R->be[b].name,
+                bench_mode_names[f->mode], f->tokens, f->depth, f->threads, f->samples[f->n - 1],
+                fast[i], 100 * wfrac);
     }
     (void)o;
     return QC_OK;
@@ -277,6 +291,23 @@ static int enough_time(const bench_opts *o, const bench_report *R, int ti) {
     return 1;
 }
 
+/* Single-threaded figures: repetition rep runs pinned to the rep-th CPU the process may use
+ * (restored after), so every figure is measured on every CPU: virtual CPUs of one machine can
+ * differ by 30 % and more (a host sibling busy), and the gate's location, the fastest run, is
+ * then the fastest CPU's on both sides of a comparison. Returns 1 when it pinned. */
+static int pin_rep(int threads, int rep, cpu_set_t *saved) {
+    if (threads != 1 || sched_getaffinity(0, sizeof *saved, saved)) return 0;
+    const int n = CPU_COUNT(saved);
+    if (n < 2) return 0;
+    int k = rep % n, cpu = 0;
+    for (; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, saved) && k-- == 0) break;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return !sched_setaffinity(0, sizeof one, &one);
+}
+
 int bench_measure_all(const bench_opts *o, qc_model *m, bench_report *R, bench_run *run,
                       qc_err *err) {
     const double target = o->min_time / (o->reps > 0 ? o->reps : 1);
@@ -289,9 +320,12 @@ int bench_measure_all(const bench_opts *o, qc_model *m, bench_report *R, bench_r
                 if (!R->be[b].peer) s = measure_backend(o, R, run, b, ti, -1, target, err);
         for (int rep = 0; !s; rep++) {
             if (rep >= o->reps && (enough_time(o, R, ti) || rep >= MAX_REPS)) break;
+            cpu_set_t saved;
+            const int pinned = pin_rep(R->probe[ti].threads, rep, &saved);
             bench_probe_sample(R, run, ti, rep, o->reps);
             for (int b = 0; b < R->n_be && !s; b++)
                 if (!R->be[b].peer) s = measure_backend(o, R, run, b, ti, rep, target, err);
+            if (pinned) sched_setaffinity(0, sizeof saved, &saved);
         }
         close_backends(R, run);
         if (s) return qc_cli_fail(PROG, err);
@@ -301,14 +335,20 @@ int bench_measure_all(const bench_opts *o, qc_model *m, bench_report *R, bench_r
 
 int bench_remeasure(const bench_opts *o, qc_model *m, bench_report *R, bench_run *run,
                     qc_err *err) {
+    /* the second look: twice the repetitions and time, its samples (and probes) appended to
+     * the first look's (a slowdown by host load only ever lowers samples, so more of them give
+     * the fastest a better chance to be clean; a real regression lowers all of them) */
+    bench_opts o2 = *o;
+    o2.reps = 2 * o->reps < MAX_REPS ? 2 * o->reps : MAX_REPS;
+    o2.min_time = 2 * o->min_time;
+    double secs[MAX_FIGS];
     for (int i = 0; i < R->n_fig; i++) {
-        bench_fig *f = &R->fig[i];
-        if (R->be[f->backend].peer) continue;
-        f->n = 0;
-        f->secs = 0;
+        secs[i] = R->fig[i].secs;
+        R->fig[i].secs = 0; /* enough_time counts the second look's time */
     }
-    for (int t = 0; t < R->n_probe; t++) R->probe[t].n = 0;
-    return bench_measure_all(o, m, R, run, err);
+    const int rc = bench_measure_all(&o2, m, R, run, err);
+    for (int i = 0; i < R->n_fig; i++) R->fig[i].secs += secs[i];
+    return rc;
 }
 
 void bench_close(bench_run *run) {

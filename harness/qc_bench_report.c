@@ -188,17 +188,18 @@ static void markdown(const bench_report *R, const bench_opts *o, sbuf *b) {
     for (int w = 0; w < R->n_warn; w++) sb_printf(b, "- %s\n", R->warn[w]);
     if (R->gate_done) {
         sb_printf(b, "\n### Gate: %s\n\n", R->gate_verdict);
-        sb_printf(b, "- baseline %s, max regression %.1f%%: a regression only when the new 95%% interval "
-                     "lies below the baseline's by more than that%s; %d figures compared, %d regressions\n",
-                  o->baseline, o->max_regression,
-                  R->gate_remeasured ? "; the suspected regressions were re-measured once" : "",
+        sb_printf(b, "- baseline %s, max regression %.1f%%; noise model: %s%s; %d figures compared, "
+                     "%d regressions\n", o->baseline, o->max_regression, bench_gate_model,
+                  R->gate_remeasured ? "; the suspected regressions were re-measured once (twice the "
+                                       "repetitions, samples pooled)" : "",
                   R->gate_compared, R->gate_regressions);
         for (int i = 0; i < R->n_fig; i++) {
             const bench_fig *f = &R->fig[i];
             if (f->gated && f->verdict == 1)
-                sb_printf(b, "- REGRESSION: %s %s %d tok @ %d, %d threads: %.2f [%.2f, %.2f] tok/s vs "
-                             "baseline %.2f [%.2f, %.2f]\n", R->be[f->backend].name, bench_mode_names[f->mode],
-                          f->tokens, f->depth, f->threads, f->median, f->lo, f->hi, f->b_median, f->b_lo, f->b_hi);
+                sb_printf(b, "- REGRESSION: %s %s %d tok @ %d, %d threads: best %.2f [%.2f] tok/s vs "
+                             "baseline %.2f [%.2f] (median %.2f vs %.2f)\n", R->be[f->backend].name,
+                          bench_mode_names[f->mode], f->tokens, f->depth, f->threads, f->best, f->best_lo,
+                          f->b_best, f->b_best_lo, f->median, f->b_median);
         }
     }
     sb_printf(b, "\n");
@@ -301,6 +302,12 @@ static cJSON *json_fig(const bench_report *R, const bench_fig *f) {
     cJSON_AddNumberToObject(e, "tok_s_ci_lo", f->lo);
     cJSON_AddNumberToObject(e, "tok_s_ci_hi", f->hi);
     cJSON_AddItemToObject(e, "tok_s_samples", cJSON_CreateDoubleArray(f->samples, f->n));
+    if (!R->be[f->backend].peer) {
+        cJSON_AddItemToObject(e, "tok_s_fastest_run_samples", cJSON_CreateDoubleArray(f->fast, f->n));
+        cJSON_AddNumberToObject(e, "run_queue_wait_pct", f->secs > 0 ? 100 * f->wait_secs / f->secs : 0);
+    }
+    cJSON_AddNumberToObject(e, "tok_s_best", f->best);
+    cJSON_AddNumberToObject(e, "tok_s_best_lo", f->best_lo);
     cJSON_AddNumberToObject(e, "seconds_measured", f->secs);
     if (f->ratio > 0 || f->backend == R->ratio_base) {
         const int self = f->backend == R->ratio_base;
@@ -320,6 +327,9 @@ static cJSON *json_fig(const bench_report *R, const bench_fig *f) {
         cJSON_AddNumberToObject(g, "tok_s_median", f->b_median);
         cJSON_AddNumberToObject(g, "tok_s_ci_lo", f->b_lo);
         cJSON_AddNumberToObject(g, "tok_s_ci_hi", f->b_hi);
+        cJSON_AddNumberToObject(g, "tok_s_best", f->b_best);
+        cJSON_AddNumberToObject(g, "tok_s_best_lo", f->b_best_lo);
+        cJSON_AddNumberToObject(g, "ratio_best", f->b_best > 0 ? f->best / f->b_best : 0);
         cJSON_AddStringToObject(g, "verdict", verdict_str(f));
     }
     return e;
@@ -338,8 +348,11 @@ static cJSON *json_report(const bench_report *R, const bench_opts *o) {
         cJSON *g = cJSON_AddObjectToObject(j, "gate");
         cJSON_AddStringToObject(g, "baseline", o->baseline);
         cJSON_AddNumberToObject(g, "max_regression_pct", o->max_regression);
-        cJSON_AddStringToObject(g, "noise_model", "regression when the new 95% interval's top < the "
-                                "baseline interval's bottom x (1 - max_regression)");
+        cJSON_AddStringToObject(g, "noise_model", bench_gate_model);
+        cJSON_AddStringToObject(g, "location", "fastest_run");
+        cJSON_AddStringToObject(g, "location_bound", "upper_quartile_repetition");
+        cJSON_AddStringToObject(g, "normalisation", "none (single-thread repetitions pinned to each "
+                                "CPU in turn; probes too noisy under load to divide by)");
         cJSON_AddNumberToObject(g, "compared", R->gate_compared);
         cJSON_AddNumberToObject(g, "regressions", R->gate_regressions);
         cJSON_AddBoolToObject(g, "remeasured", R->gate_remeasured);

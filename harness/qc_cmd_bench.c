@@ -31,8 +31,9 @@
  * devices and FIFOs directly), validated before the run and refused when one is an input (a
  * model file, the baseline, the peer file) or another output. Progress goes to stderr.
  * --baseline old.json compares every figure present in both (same backend, model, dtype,
- * mode, tokens, depth, threads) with a noise model (qc_bench_gate.c): a suspected regression
- * is re-measured once; a confirmed one exits 1; no common figure exits 3. The verdict and the
+ * mode, tokens, depth, threads) with a noise model (qc_bench_gate.c: the fastest run of each
+ * figure, robust to host load): a suspected regression is re-measured once (twice the
+ * repetitions, pooled); a confirmed one exits 1; no common figure exits 3. The verdict and the
  * warnings are in every report.
  *
  * This file holds the command's steps; the rest lives beside it (qc_bench_internal.h).
