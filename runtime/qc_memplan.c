@@ -95,11 +95,12 @@ qc_status qc_memplan_check_config(const qc_config *c, qc_err *err) {
 /* Weights                                                                               */
 /* ===================================================================================== */
 
-/* Elements of the weight matrices / vectors stored in the weight dtype (wide) and of those
- * always stored as F32 (A_log, gated-norm weight). active: only what one decode token reads —
- * the [V, H] matrix once (the lm_head; the embedding row is a gather), and of a MoE layer's
- * routed experts only k of the E. */
-static void weight_elems(const qc_config *c, acc64 *wide, acc64 *f32, int active) {
+/* Elements of the weights stored in the weight dtype: the 2-D projection matrices of the dense
+ * layers and an untied lm_head (proj: what a Q8_0 model quantizes, qc_model_synth.c) and the
+ * rest (wide: embedding, norms, conv, MoE tensors), and of those always stored as F32 (A_log,
+ * gated-norm weight). active: only what one decode token reads — the [V, H] matrix once (the
+ * lm_head; the embedding row is a gather), and of a MoE layer's routed experts only k of E. */
+static void weight_elems(const qc_config *c, acc64 *proj, acc64 *wide, acc64 *f32, int active) {
     const int64_t V = c->vocab_size, H = c->hidden_size, I = c->intermediate_size;
     const int64_t nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
     const int64_t nk = c->lin_n_k_heads, nv = c->lin_n_v_heads, dk = c->lin_k_dim,
@@ -107,8 +108,8 @@ static void weight_elems(const qc_config *c, acc64 *wide, acc64 *f32, int active
     const int64_t C = 2 * nk * dk + nv * dv; /* each factor <= INT_MAX: fits in int64 */
     const int64_t E = c->n_experts, k = c->n_experts_per_tok, Ie = c->moe_intermediate_size,
                   Is = c->shared_expert_intermediate_size;
-    acc_add(wide, "embed_tokens", V, H, 1, 1);
-    if (!c->tie_word_embeddings && !active) acc_add(wide, "lm_head", V, H, 1, 1);
+    if (c->tie_word_embeddings || !active) acc_add(wide, "embed_tokens", V, H, 1, 1);
+    if (!c->tie_word_embeddings) acc_add(proj, "lm_head", V, H, 1, 1);
     acc_add(wide, "norm", H, 1, 1, 1);
     for (int l = 0; l < c->n_layers; l++) {
         acc_add(wide, "input_layernorm", 2, H, 1, 1); /* + post_attention_layernorm */
@@ -118,20 +119,20 @@ static void weight_elems(const qc_config *c, acc64 *wide, acc64 *f32, int active
             acc_add(wide, "mlp.shared_expert", 3, Is, H, 1);
             acc_add(wide, "mlp.shared_expert_gate", H, 1, 1, 1);
         } else {
-            acc_add(wide, "mlp", 3, I, H, 1);
+            acc_add(proj, "mlp", 3, I, H, 1);
         }
         if (c->layer_types[l] == QC_LAYER_FULL) {
-            acc_add(wide, "q_proj", 2, nh, hd, H);
-            acc_add(wide, "k_proj", 2, nkv, hd, H); /* + v_proj */
-            acc_add(wide, "o_proj", H, nh, hd, 1);
+            acc_add(proj, "q_proj", 2, nh, hd, H);
+            acc_add(proj, "k_proj", 2, nkv, hd, H); /* + v_proj */
+            acc_add(proj, "o_proj", H, nh, hd, 1);
             acc_add(wide, "q_norm", 2, hd, 1, 1);   /* + k_norm */
         } else {
-            acc_add(wide, "in_proj_qkv", C, H, 1, 1);
-            acc_add(wide, "in_proj_z", nv, dv, H, 1);
-            acc_add(wide, "in_proj_b", 2, nv, H, 1); /* + in_proj_a */
+            acc_add(proj, "in_proj_qkv", C, H, 1, 1);
+            acc_add(proj, "in_proj_z", nv, dv, H, 1);
+            acc_add(proj, "in_proj_b", 2, nv, H, 1); /* + in_proj_a */
             acc_add(wide, "conv1d", C, K, 1, 1);
             acc_add(wide, "dt_bias", nv, 1, 1, 1);
-            acc_add(wide, "out_proj", H, nv, dv, 1);
+            acc_add(proj, "out_proj", H, nv, dv, 1);
             acc_add(f32, "A_log", nv, 1, 1, 1);
             acc_add(f32, "linear_attn.norm", dv, 1, 1, 1);
         }
@@ -143,12 +144,21 @@ static qc_status weight_bytes(const qc_config *cfg, qc_dtype dtype, int active, 
     *bytes = 0;
     qc_status st = qc_memplan_check_config(cfg, err);
     if (st) return st;
-    acc64 wide = {0, NULL}, f32 = {0, NULL};
-    weight_elems(cfg, &wide, &f32, active);
-    acc_scale(&wide, "weights (bytes)", qc_dtype_size(dtype));
+    acc64 proj = {0, NULL}, wide = {0, NULL}, f32 = {0, NULL};
+    weight_elems(cfg, &proj, &wide, &f32, active);
+    if (dtype == QC_Q8_0) { /* 34 bytes a block of 32 (the rows are multiples of 32); the rest
+                               BF16, as qc_model_synth.c stores it */
+        acc_scale(&proj, "weights (bytes)", QC_Q8_0_BLOCK_BYTES);
+        if (!proj.overflow) proj.sum = (proj.sum + QC_Q8_0_BLOCK - 1) / QC_Q8_0_BLOCK;
+        acc_scale(&wide, "weights (bytes)", qc_dtype_size(QC_BF16));
+    } else {
+        acc_scale(&proj, "weights (bytes)", qc_dtype_size(dtype));
+        acc_scale(&wide, "weights (bytes)", qc_dtype_size(dtype));
+    }
     acc_scale(&f32, "weights (bytes)", 4);
     acc_add_u64(&wide, "weights (total)", f32.sum);
-    const char *bad = wide.overflow ? wide.overflow : f32.overflow;
+    acc_add_u64(&wide, "weights (total)", proj.sum);
+    const char *bad = wide.overflow ? wide.overflow : f32.overflow ? f32.overflow : proj.overflow;
     if (bad)
         return qc_errf(err, QC_ERR_RANGE, "memory plan: weights: %s size overflows 64 bits", bad);
     *bytes = wide.sum;

@@ -224,6 +224,39 @@ START_TEST(tiny_configs_estimate_is_the_allocation) {
 }
 END_TEST
 
+/* The weight bytes the plan counts are the synthetic model's, for every weight dtype (Q8_0:
+ * 34-byte blocks for the dense projections and an untied lm_head, BF16 for the rest), dense
+ * and MoE, tied and untied; the active bytes are at most the total. */
+START_TEST(weight_bytes_every_dtype) {
+    const qc_dtype dts[] = {QC_F32, QC_BF16, QC_F16, QC_Q8_0};
+    int n_q8 = 0;
+    for (int g = 0; g < 5; g++)
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+            for (int tie = 0; tie < 2; tie++) {
+                qc_config c = tiny_cfg(g);
+                if (dts[d] == QC_Q8_0) { /* every projection's input a multiple of 32 */
+                    if (qc_cfg_is_moe(&c) || g == 1 || g == 2) continue;
+                    c.intermediate_size = 64, c.lin_v_dim = 16;
+                    n_q8++;
+                }
+                c.tie_word_embeddings = tie;
+                qc_model *m = NULL;
+                qc_err e;
+                ck_assert_msg(qc_model_synthetic(&c, dts[d], 3, &m, &e) == QC_OK, "%s", e.msg);
+                uint64_t tot = 0, act = 0;
+                ck_assert_int_eq(qc_memplan_weight_bytes(&c, dts[d], &tot, &e), QC_OK);
+                ck_assert_int_eq(qc_memplan_active_weight_bytes(&c, dts[d], &act, &e), QC_OK);
+                ck_assert_msg(tot == qc_model_weight_bytes(m),
+                              "geometry %d %s tie %d: plan %llu != model %zu", g,
+                              qc_dtype_str(dts[d]), tie, (unsigned long long)tot,
+                              qc_model_weight_bytes(m));
+                ck_assert_uint_le(act, tot);
+                qc_model_free(m);
+            }
+    ck_assert_int_eq(n_q8, 4); /* geometries 0 and 3, tied and untied */
+}
+END_TEST
+
 /* ===================================================================================== */
 /* The real 0.8b dims, on a shell model                                                   */
 /* ===================================================================================== */
@@ -464,6 +497,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, tiny_configs_estimate_is_the_allocation);
+    tcase_add_test(tc, weight_bytes_every_dtype);
     tcase_add_test(tc, preset_08b_estimate_is_the_allocation);
     tcase_add_test(tc, preset_08b_large_sizes_only);
     tcase_add_test(tc, plan_sums_what_the_backends_report);
