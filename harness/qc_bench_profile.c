@@ -2,7 +2,7 @@
  * class, for a dynamic prefill and for decode (issue #16 item 4).
  *
  * After the bench's figures, the optimized backend (the bench's first thread count) runs with
- * its timer hook on (optimized/qc_opt_profile.h): R reps of a dynamic prefill of the first
+ * its timer hook on (include/qc/qc_optimized_profile.h): R reps of a dynamic prefill of the first
  * --prompt length (chunks of --max-seq-len), the last row's logits only; then --decode single-
  * token steps; then once more the prefill with the logits of EVERY position (the lm_head over
  * all rows, what a prefill that scores the prompt pays). Per class: the median over the reps
@@ -27,7 +27,7 @@
 #include "qc_cli_common.h"
 #include "qc/qc_optimized.h"
 #include "qc/qc_state.h"
-#include "../optimized/qc_opt_profile.h"
+#include "qc/qc_optimized_profile.h"
 
 #define PF_MAX_REPS 16
 enum { PH_PREFILL, PH_DECODE, PH_PREFILL_ALL, PH_N };

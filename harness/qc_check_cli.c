@@ -164,7 +164,7 @@ static qc_status parse_fault(const char *v, qc_check_faults *f, qc_err *err) {
     } else if (!strcmp(v, "unguarded-exp")) {
         f->unguarded_exp = 1;
     } else if (!strcmp(v, "moe-no-renorm")) {
-        f->moe_fault = 1; /* qc_ref_moe_fault values (reference/qc_ref_testhooks.h) */
+        f->moe_fault = 1; /* qc_ref_moe_fault values (include/qc/qc_reference_hooks.h) */
     } else if (!strcmp(v, "moe-gate-all")) {
         f->moe_fault = 2;
     } else if (!strcmp(v, "moe-topk-next")) {

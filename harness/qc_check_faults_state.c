@@ -5,7 +5,7 @@
  *                   long_decode_drift must fail on it, while the float32 state passes;
  *   unguarded-exp   the reference's chunked DeltaNet computes its decay ratios as
  *                   exp(gamma_r) * exp(-gamma_c) (pytorch/executorch#21417, the reference's
- *                   test hook qc_ref_testhooks.h): Inf * 0 = NaN in a chunk of strong decays,
+ *                   test hook qc/qc_reference_hooks.h): Inf * 0 = NaN in a chunk of strong decays,
  *                   which the checks must report as non-finite with its first location.
  *   moe-no-renorm, moe-gate-all, moe-topk-next, moe-gate-drop
  *                   the reference's MoE block drops the top-k renormalisation, applies the
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../reference/qc_ref_testhooks.h"
+#include "qc/qc_reference_hooks.h"
 
 /* ===================================================================================== */
 /* recurrent-bf16: a backend wrapper                                                     */

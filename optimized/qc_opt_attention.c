@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "qc_opt_internal.h"
-#include "qc_opt_profile.h"
+#include "qc/qc_optimized_profile.h"
 
 #define QC_ATT_KB 64   /* keys per block (the scratch o->th[].sc holds 64 scores) */
 #define QC_ATT_QMAX 64 /* queries per tile at most (per-query m / sum live on the stack) */

@@ -29,7 +29,7 @@
 #include "qc/qc_memplan.h"
 #include "qc/qc_optimized.h"
 #include "qc_opt_internal.h"
-#include "qc_opt_profile.h"
+#include "qc/qc_optimized_profile.h"
 
 /* test only (the bench gate's test, tests/cli/test_bench_gate.sh): env QC_TEST_DECODE_SLEEP_US,
  * read at create, sleeps that many microseconds in every single-token forward (a decode step),

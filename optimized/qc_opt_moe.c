@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "qc_opt_internal.h"
-#include "qc_opt_profile.h"
+#include "qc/qc_optimized_profile.h"
 
 /* ===================================================================================== */
 /* Scratch layout                                                                         */

@@ -31,7 +31,7 @@
 #include <time.h>
 
 #include "qc_opt_internal.h"
-#include "qc_opt_profile.h"
+#include "qc/qc_optimized_profile.h"
 
 #define IDX_BITS 21
 #define SEQ_BITS 22
@@ -151,7 +151,7 @@ static void run_job(qc_opt *o, long n, int parallel, qc_opt_job_fn fn, void *ctx
         run_part(&o->pool, base, n - base < (long)IDX_MASK ? n - base : (long)IDX_MASK, fn, ctx);
 }
 
-/* ---- the per-op timer hook (qc_opt_profile.h) ---- */
+/* ---- the per-op timer hook (qc/qc_optimized_profile.h) ---- */
 
 qc_opt_profile *qc_opt_prof_hook = NULL;
 

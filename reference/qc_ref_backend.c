@@ -24,7 +24,7 @@
 #include "qc_ref_blocks.h"
 #include "qc_ref_deltanet.h"
 #include "qc_ref_moe.h"
-#include "qc_ref_testhooks.h"
+#include "qc/qc_reference_hooks.h"
 
 /* ===================================================================================== */
 /* Private types                                                                          */
@@ -408,7 +408,7 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
 }
 
 /* ===================================================================================== */
-/* Test-only hooks (qc_ref_testhooks.h)                                                   */
+/* Test-only hooks (qc/qc_reference_hooks.h)                                                   */
 /* ===================================================================================== */
 
 qc_status qc_ref_test_unguarded_exp(qc_backend *be, int on, qc_err *err) {

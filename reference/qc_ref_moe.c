@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "qc_ref_blocks.h"
-#include "qc_ref_testhooks.h"
+#include "qc/qc_reference_hooks.h"
 
 /* ===================================================================================== */
 /* Scratch                                                                                */

@@ -23,7 +23,7 @@ typedef struct {
     const qc_tensor *sh_gate, *sh_up; /* [Is, H] */
     const qc_tensor *sh_down;        /* [H, Is] */
     const qc_tensor *sh_expert_gate; /* [1, H] */
-    int fault;         /* QC_REF_MOE_FAULT_* of qc_ref_testhooks.h; 0 in normal use */
+    int fault;         /* QC_REF_MOE_FAULT_* of qc/qc_reference_hooks.h; 0 in normal use */
 } qc_ref_moe_layer;
 
 /* Scratch of qc_ref_moe for up to n_max tokens (carved by qc_ref_moe_scratch_init). */

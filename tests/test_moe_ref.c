@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "../reference/qc_ref_moe.h"
-#include "../reference/qc_ref_testhooks.h"
+#include "qc/qc_reference_hooks.h"
 #include "qc/qc_backend.h"
 #include "qc/qc_model.h"
 #include "qc/qc_reference.h"

@@ -1,5 +1,6 @@
-/* qc_ref_testhooks.h — test-only hooks of the reference backend (not installed; the harness's
- * self-test, --inject-fault, is their only user). Normal use never calls them. */
+/* qc/qc_reference_hooks.h — test-only hooks of the reference backend, public so that the
+ * harness does not reach into reference/ (its self-test, --inject-fault, is their only user).
+ * Normal use never calls them. */
 #ifndef QC_REF_TESTHOOKS_H
 #define QC_REF_TESTHOOKS_H
 

@@ -1,4 +1,4 @@
-/* qc_opt_profile.h — the optimized backend's per-op timer hook (`bench --profile-ops`).
+/* qc/qc_optimized_profile.h — the optimized backend's per-op timer hook (`bench --profile-ops`).
  *
  * Off (the default) it costs one pointer load per op: qc_opt_run (qc_opt_pool.c) times a job
  * only when qc_opt_prof_hook is set, and the forward pass names the class of the ops it posts
