@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # test_bench_gate.sh — the `bench --baseline` gate does not cry wolf, and catches a real slowdown.
 #   bash tests/cli/test_bench_gate.sh <path-to-qwen-conform> <source-dir>
-# On a tiny checkpoint (optimized backend, 1 thread, 6 repetitions, 0.12 s per figure,
-# --max-regression 25): registered in CTest (label cli) and meant to pass on a loaded machine
-# (ctest -j2 beside builds): ~30-60 s.
+# On a tiny checkpoint (optimized backend, 1 thread, 4 repetitions, 0.1 s per figure,
+# --max-regression 40): registered in CTest (label cli) and meant to pass on a loaded machine
+# (ctest -j2 beside builds and busy loops): 30-90 s. Why 40 %: on this 2-vCPU machine the fastest
+# run of a figure is 0.7x as fast while the other vCPU is busy as while it idles (they share a
+# host core), so a baseline taken on an idle machine and a run on a loaded one differ by up to
+# 1/0.7 = 1.43x without any change of the code; the slowdowns checked below are 3x and more.
 #   1. one baseline run, then 20 self-comparisons of the same binary against it: none may
 #      report a regression (the noise model: the fastest run of each figure, the repetitions
 #      pinned to every CPU in turn, a suspect re-measured once with twice the repetitions), and
@@ -14,14 +17,14 @@
 #      a sleep costs >= its 20 us, so >= 2.8x slower, ~8x here with the timer slack) is caught:
 #      exit 1, the decode figure marked REGRESSION in the JSON and the Markdown, re-measured
 #      once, while the dynamic prefill (not slowed) is not a regression;
-#   3. a baseline 2x faster than this binary (every figure's numbers doubled): all 3 figures
-#      are regressions (a 2x slowdown is caught on a loaded machine);
+#   3. a baseline 3x faster than this binary (every figure's numbers tripled): all 3 figures
+#      are regressions (a 3x slowdown is caught whatever the load of either run);
 #   4. --no-remeasure, a baseline without the fastest-run fields nor intervals (older report),
 #      and a bad baseline field.
 set -u
 . "$(dirname "$0")/bench_common.sh" test_bench_gate "$@"
-ARGS=(--model "$MODEL" --backends optimized --prompt 16 --static-prompt 4 --decode 8 --reps 6
-      --threads 1 --min-time 0.12 --warmup 1 --max-regression 25)
+ARGS=(--model "$MODEL" --backends optimized --prompt 16 --static-prompt 4 --decode 8 --reps 4
+      --threads 1 --min-time 0.1 --warmup 1 --max-regression 40)
 SLEEP_US=20
 T0=$(date +%s)
 
@@ -41,15 +44,15 @@ assert isinstance(m["family"], (int, float)) and "flags" in m, m
 assert len(d["results"]) == 3, d["results"]
 for r in d["results"]:
     s = sorted(r["tok_s_samples"])
-    assert len(s) >= 6, r
+    assert len(s) >= 4, r
     assert s[0] <= r["tok_s_ci_lo"] <= r["tok_s_median"] <= r["tok_s_ci_hi"] <= s[-1], r
     assert r["tok_s_min"] == s[0] and r["tok_s_max"] == s[-1], r
-    assert r["tok_s_mad"] >= 0 and r["seconds_measured"] >= 0.12 * 0.999, r
+    assert r["tok_s_mad"] >= 0 and r["seconds_measured"] >= 0.1 * 0.999, r
     fast = sorted(r["tok_s_fastest_run_samples"])
     assert len(fast) == len(s) and r["tok_s_best"] == fast[-1] >= s[-1], r   # a run >= its sample
     assert r["tok_s_best_lo"] == fast[int(0.75 * (len(fast) - 1))], r
     assert 0 <= r["run_queue_wait_pct"] <= 100, r
-assert d["config"]["warmup"] == 1 and d["config"]["min_time_s"] == 0.12
+assert d["config"]["warmup"] == 1 and d["config"]["min_time_s"] == 0.1
 PYEOF
 
 # ---- 20 self-comparisons: no false regression -------------------------------------------------
@@ -110,7 +113,7 @@ rc=$?
   || bad "--no-remeasure: exit $rc"
 
 # ---- baselines of other shapes ---------------------------------------------------------------
-"$PY" - "$TMP/base.json" "$TMP/old.json" "$TMP/badfield.json" "$TMP/fast2x.json" <<'PYEOF'
+"$PY" - "$TMP/base.json" "$TMP/old.json" "$TMP/badfield.json" "$TMP/fast3x.json" <<'PYEOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 old = json.loads(json.dumps(d))
@@ -124,19 +127,19 @@ fast = json.loads(json.dumps(d))
 for r in fast["results"]:
     for k in r:
         if k.startswith("tok_s_") and k != "tok_s_mad":
-            r[k] = [2 * x for x in r[k]] if isinstance(r[k], list) else 2 * r[k]
+            r[k] = [3 * x for x in r[k]] if isinstance(r[k], list) else 3 * r[k]
 json.dump(fast, open(sys.argv[4], "w"))
 d["results"][1]["tok_s_ci_lo"] = "fast"
 json.dump(d, open(sys.argv[3], "w"))
 PYEOF
-"$QC" bench "${ARGS[@]}" --baseline "$TMP/fast2x.json" --json "$TMP/f2.json" >"$TMP/stdout" 2>"$TMP/stderr"
+"$QC" bench "${ARGS[@]}" --baseline "$TMP/fast3x.json" --json "$TMP/f3.json" >"$TMP/stdout" 2>"$TMP/stderr"
 rc=$?
-echo "# vs a 2x faster baseline: $("$PY" -c 'import json, sys
+echo "# vs a 3x faster baseline: $("$PY" -c 'import json, sys
 d = json.load(open(sys.argv[1]))
 print(" ".join("%s %.3f" % (r["mode"], r["baseline"]["ratio_best"]) for r in d["results"]))' \
-    "$TMP/f2.json" 2>/dev/null)"
+    "$TMP/f3.json" 2>/dev/null)"
 [ $rc = 1 ] && grep -q '3 figures compared, 3 regressions' "$TMP/stderr" \
-  && ok "a baseline 2x faster: every figure a regression" || bad "2x baseline: exit $rc $(tail -1 "$TMP/stderr")"
+  && ok "a baseline 3x faster: every figure a regression" || bad "3x baseline: exit $rc $(tail -1 "$TMP/stderr")"
 "$QC" bench "${ARGS[@]}" --baseline "$TMP/old.json" >"$TMP/stdout" 2>"$TMP/stderr"
 rc=$?
 [ $rc = 0 ] && grep -q '3 figures compared, 0 regressions' "$TMP/stderr" \
