@@ -27,6 +27,8 @@ int parse_options(qc_llama *h, const char *options) {
     h->threads = 1;
     h->n_ctx = 4096;
     h->want_hidden = 1;
+    h->want_state = 1;
+    h->poll = 0;
     h->guard = 1;
     h->n_seqs = 1;
     h->reconvert = 0;
@@ -62,6 +64,10 @@ int parse_options(qc_llama *h, const char *options) {
             bad = parse_int(v, 16, 1 << 20, &h->n_ctx);
         } else if (!strcmp(k, "hidden")) {
             bad = parse_int(v, 0, 1, &h->want_hidden);
+        } else if (!strcmp(k, "state")) {
+            bad = parse_int(v, 0, 1, &h->want_state);
+        } else if (!strcmp(k, "poll")) {
+            bad = parse_int(v, 0, 100, &h->poll);
         } else if (!strcmp(k, "guard")) {
             bad = parse_int(v, 0, 1, &h->guard);
         } else if (!strcmp(k, "reconvert")) {
@@ -73,7 +79,7 @@ int parse_options(qc_llama *h, const char *options) {
         } else {
             return set_err(NULL, QC_PLUGIN_UNSUPPORTED,
                            "unknown option '%s' (gguf, outtype, mtp, kv, flash_attn, threads, "
-                           "n_ctx, hidden, guard, reconvert, fix_mrope, seqs)", k);
+                           "n_ctx, hidden, state, poll, guard, reconvert, fix_mrope, seqs)", k);
         }
         if (bad) return set_err(NULL, QC_PLUGIN_UNSUPPORTED, "option %s=%s: invalid value", k, v);
     }

@@ -68,6 +68,8 @@ typedef struct {
     int threads;
     int n_ctx;
     int want_hidden;
+    int want_state;               /* state=0: no state read / snapshot, so no cb_eval when hidden=0 */
+    int poll;                     /* poll=N: the threadpool's polling level (0 = sleep at barriers) */
     int guard;
     int reconvert;
     int fix_mrope;

@@ -16,6 +16,11 @@
  *   threads=N         (default 1)
  *   n_ctx=N           (default 4096)
  *   hidden=0|1        capture hidden states through cb_eval (default 1)
+ *   state=0|1         read the state and snapshot it (default 1: the conv windows are captured
+ *                     through cb_eval). state=0 with hidden=0 installs no cb_eval at all, so
+ *                     llama.cpp runs each decode as one graph, as llama-bench does (for bench)
+ *   poll=N            the threadpool's polling level 0..100 (default 0: threads sleep at the
+ *                     barriers; llama-bench's default is 50)
  *   guard=0|1         refuse models that v0.5.0 is known to abort on in-process (default 1;
  *                     guard=0 lets the abort happen, to observe it)
  *   reconvert=1       ignore a cached conversion (success or failure) and convert again
@@ -66,7 +71,7 @@ static int apply_threads(qc_llama *h, int n) {
     ggml_threadpool_t tp = NULL;
     if (n > 1 && tp_new && tp_free) {
         struct ggml_threadpool_params tpp = ggml_threadpool_params_default(n);
-        tpp.poll = 0;
+        tpp.poll = (uint32_t)h->poll;
         tp = tp_new(&tpp);
     }
     llama_detach_threadpool(h->ctx);
@@ -179,8 +184,10 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
     cp.type_v = h->kv_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
     cp.embeddings = false;
     cp.no_perf = true;
-    cp.cb_eval = eval_cb;
-    cp.cb_eval_user_data = h;
+    /* the captures split every llama_decode into a graph run per captured tensor: none when
+     * neither hidden states nor the state are wanted */
+    cp.cb_eval = h->want_hidden || h->want_state ? eval_cb : NULL;
+    cp.cb_eval_user_data = h->want_hidden || h->want_state ? h : NULL;
     h->ctx = llama_init_from_model(h->model, cp);
     if (!h->ctx) {
         set_err_log(NULL, QC_PLUGIN_ERROR, "cannot load: llama_init_from_model failed");
@@ -205,7 +212,7 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
     info->n_layers = h->L;
     info->max_tokens_per_call = 0;
     info->max_context_len = (int32_t)llama_n_ctx(h->ctx);
-    info->caps = QC_CAP_STATE_READ | QC_CAP_THREADS | QC_CAP_SNAPSHOT |
+    info->caps = (h->want_state ? QC_CAP_STATE_READ | QC_CAP_SNAPSHOT : 0) | QC_CAP_THREADS |
                  (h->n_seqs >= QC_PLUGIN_MIN_SEQUENCES ? QC_CAP_SEQUENCES : 0) | (h->want_hidden ? QC_CAP_HIDDEN : 0);
     snprintf(info->name, sizeof info->name, "%s", h->name);
     *handle = h;

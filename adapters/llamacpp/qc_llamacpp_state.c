@@ -266,6 +266,7 @@ static int conv_chan_llama(const qc_llama *h, int c) {
 int p_get_state(void *handle, int32_t layer, int32_t kind, int32_t n_pos, float *dst) {
     qc_llama *h = handle;
     if (!h) return QC_PLUGIN_ERROR;
+    if (!h->want_state) return set_err(h, QC_PLUGIN_UNSUPPORTED, "get_state: the state is off (state=0)");
     if (layer < 0 || layer >= h->L) return set_err(h, QC_PLUGIN_ERROR, "get_state: layer %d outside 0..%d", layer, h->L - 1);
     int rc = load_state(h);
     if (rc) return rc;
@@ -380,6 +381,7 @@ static int slot_ok(qc_llama *h, int32_t slot, const char *what) {
 int p_snapshot(void *handle, int32_t slot) {
     qc_llama *h = handle;
     if (!h) return QC_PLUGIN_ERROR;
+    if (!h->want_state) return set_err(h, QC_PLUGIN_UNSUPPORTED, "snapshot: the state is off (state=0)");
     if (slot_ok(h, slot, "snapshot")) return QC_PLUGIN_ERROR;
     if (h->pos < 0) return set_err(h, QC_PLUGIN_ERROR, "snapshot: the last forward failed");
     size_t n = llama_state_seq_get_size(h->ctx, h->seq);
@@ -411,6 +413,7 @@ int p_snapshot(void *handle, int32_t slot) {
 int p_restore(void *handle, int32_t slot) {
     qc_llama *h = handle;
     if (!h) return QC_PLUGIN_ERROR;
+    if (!h->want_state) return set_err(h, QC_PLUGIN_UNSUPPORTED, "restore: the state is off (state=0)");
     if (slot_ok(h, slot, "restore")) return QC_PLUGIN_ERROR;
     if (!h->snap[slot].valid) return set_err(h, QC_PLUGIN_ERROR, "restore: slot %d was never written", slot);
     /* llama_state_seq_set_data replaces sequence 0's cells; clear them first so nothing of
