@@ -242,9 +242,10 @@ void bench_warn(bench_report *R, const char *fmt, ...) __attribute__((format(pri
 int bench_import_peer(const bench_opts *o, bench_report *R, qc_err *err);
 /* The gate's noise model in one line (reports, --help). */
 extern const char bench_gate_model[];
-/* Compare R with --baseline (noise model: a regression when the new interval's top lies below
- * the old interval's bottom by more than --max-regression). Fills the figures' gate fields and
- * R->gate_*. *suspects receives the regression count. Exit code (2 bad baseline). */
+/* Compare R with --baseline (noise model, bench_gate_model: a regression when a figure's new
+ * fastest run lies below the baseline's bound, its upper-quartile repetition's fastest run, by
+ * more than --max-regression). Fills the figures' gate fields and R->gate_*. *suspects
+ * receives the regression count. Exit code (2 bad baseline). */
 int bench_gate(const bench_opts *o, bench_report *R, int *suspects, qc_err *err);
 /* The gate's per-figure lines (REGRESSION marked) and its summary, on stderr. */
 void bench_gate_print(const bench_opts *o, const bench_report *R);
