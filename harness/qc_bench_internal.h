@@ -113,7 +113,8 @@ typedef struct {
 
 typedef struct {
     char name[128];     /* "optimized", "plugin:libx.so", "exec:x.py", "llamacpp", "llama-bench" */
-    char desc[768];     /* describe() */
+    char desc[768];     /* describe() of the last thread count opened (or the peer's) */
+    char tdesc[MAX_LIST][768]; /* describe() per --threads entry: a figure's label (bench_fig_desc) */
     int isref;          /* the reference backend (runs the ref_* workload) */
     int peer;           /* imported from --peer-json (not measured here) */
 } bench_backend;
@@ -231,6 +232,8 @@ extern const char *const bench_mode_names[N_MODES]; /* "static", "dynamic", "dec
 void bench_finish(bench_report *R, const bench_opts *o);
 /* Statistics of one figure only (median, min, max, MAD, interval). */
 void bench_fig_stats(bench_fig *f);
+/* The label of f's backend at f's thread count (its describe() then), else the backend's. */
+const char *bench_fig_desc(const bench_report *R, const bench_fig *f);
 /* Add a warning (printf format); also printed on stderr. */
 void bench_warn(bench_report *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

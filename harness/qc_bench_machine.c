@@ -210,7 +210,7 @@ static int weight_segments(const qc_model *m, const void **seg_p, size_t *seg_n,
     do {                                                                             \
         if ((t).ndim > 0 && (t).data && k < cap) {                                   \
             seg_p[k] = (t).data;                                                     \
-            seg_n[k] = qc_tensor_numel(&(t)) * qc_dtype_size((t).dtype);             \
+            seg_n[k] = qc_tensor_bytes(&(t)); /* Q8_0: 34 bytes a block of 32 */     \
             *total += (double)seg_n[k];                                              \
             k++;                                                                     \
         }                                                                            \
@@ -228,8 +228,8 @@ static int weight_segments(const qc_model *m, const void **seg_p, size_t *seg_n,
         for (int i = 0; i < 2; i++)
             if (ex[i]->ndim > 0 && ex[i]->data && k < cap && m->cfg.n_experts > 0) {
                 seg_p[k] = ex[i]->data;
-                seg_n[k] = qc_tensor_numel(ex[i]) / (size_t)m->cfg.n_experts *
-                           (size_t)m->cfg.n_experts_per_tok * qc_dtype_size(ex[i]->dtype);
+                seg_n[k] = qc_tensor_bytes(ex[i]) / (size_t)m->cfg.n_experts *
+                           (size_t)m->cfg.n_experts_per_tok;
                 *total += (double)seg_n[k++];
             }
     }

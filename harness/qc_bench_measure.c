@@ -255,8 +255,14 @@ static void close_backends(const bench_report *R, bench_run *run) {
     }
 }
 
+const char *bench_fig_desc(const bench_report *R, const bench_fig *f) {
+    const bench_backend *bb = &R->be[f->backend];
+    if (f->ti >= 0 && f->ti < MAX_LIST && bb->tdesc[f->ti][0]) return bb->tdesc[f->ti];
+    return bb->desc;
+}
+
 static int open_backends(const bench_opts *o, qc_model *m, bench_report *R, bench_run *run,
-                         int threads, qc_err *err) {
+                         int threads, int ti, qc_err *err) {
     const qc_config *c = &m->cfg;
     int maxlen = bench_list_max(o->prompts, o->n_prompts), d = bench_list_max(o->depths, o->n_depths);
     maxlen = d > maxlen ? d : maxlen;
@@ -279,6 +285,7 @@ static int open_backends(const bench_opts *o, qc_model *m, bench_report *R, benc
         }
         qc_backend *be = run->bes[b];
         snprintf(bb->desc, sizeof bb->desc, "%s", be->describe ? be->describe(be) : be->name);
+        if (ti >= 0 && ti < MAX_LIST) snprintf(bb->tdesc[ti], sizeof bb->tdesc[ti], "%s", bb->desc);
     }
     return QC_EXIT_PASS;
 }
@@ -312,7 +319,7 @@ int bench_measure_all(const bench_opts *o, qc_model *m, bench_report *R, bench_r
                       qc_err *err) {
     const double target = o->min_time / (o->reps > 0 ? o->reps : 1);
     for (int ti = 0; ti < o->n_threads; ti++) {
-        int rc = open_backends(o, m, R, run, o->threads_list[ti], err);
+        int rc = open_backends(o, m, R, run, o->threads_list[ti], ti, err);
         if (rc) return rc;
         qc_status s = QC_OK;
         for (int w = 0; w < o->warmup && !s; w++)

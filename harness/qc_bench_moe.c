@@ -61,8 +61,7 @@ void bench_moe_refusal_hint(const qc_memplan_req *rq, const char *backends,
 /* ===================================================================================== */
 
 static double tbytes(const qc_tensor *t) {
-    return t->ndim > 0 && t->data ? (double)qc_tensor_numel(t) * (double)qc_dtype_size(t->dtype)
-                                  : 0.0;
+    return t->ndim > 0 && t->data ? (double)qc_tensor_bytes(t) : 0.0; /* Q8_0: 34 B / 32 */
 }
 
 /* every tensor of a layer except the routed experts' */

@@ -56,7 +56,7 @@ static double numel(const qc_tensor *t) {
     return n;
 }
 
-static double bytes_of(const qc_tensor *t) { return numel(t) * (double)qc_dtype_size(t->dtype); }
+static double bytes_of(const qc_tensor *t) { return t->data && t->ndim > 0 ? (double)qc_tensor_bytes(t) : 0; }
 
 /* projection weights of every layer: elements and bytes (dense MLP and attention / DeltaNet) */
 static void proj_size(const qc_model *m, double *elems, double *bytes) {

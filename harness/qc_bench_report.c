@@ -161,7 +161,7 @@ static void markdown(const bench_report *R, const bench_opts *o, sbuf *b) {
         if (R->gate_done)
             snprintf(gate, sizeof gate, " %s |", f->gated ? verdict_str(f) : "-");
         sb_printf(b, "| %s | %s | %s | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | [%.2f, %.2f] | %s | ",
-                  R->be[f->backend].desc, qc_dtype_str(R->dtype), mode_label(f->mode), f->tokens, f->depth,
+                  bench_fig_desc(R, f), qc_dtype_str(R->dtype), mode_label(f->mode), f->tokens, f->depth,
                   f->threads, f->median, f->min, f->max, f->mad, f->lo, f->hi, ratio);
         if (f->limit > 0)
             sb_printf(b, "%.1f (%s) | %.0f%% |%s\n", f->limit, f->mode == BM_DYNAMIC ? "FMA peak" : "bandwidth",
@@ -176,7 +176,7 @@ static void markdown(const bench_report *R, const bench_opts *o, sbuf *b) {
             if (f->n && f->mode == BM_DECODE)
                 sb_printf(b, "- %s decode %d @ %d, %d threads: measured %.2f tok/s on %d layers -> "
                              "implied %.2f tok/s for the whole model (same %% of the roofline)\n",
-                          R->be[f->backend].desc, f->tokens, f->depth, f->threads, f->median,
+                          bench_fig_desc(R, f), f->tokens, f->depth, f->threads, f->median,
                           R->wt.layers_run, bench_moe_implied_tok_s(&R->wt, f->median));
         }
     }
@@ -285,7 +285,7 @@ static cJSON *json_fig(const bench_report *R, const bench_fig *f) {
     char tn[64];
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "backend", R->be[f->backend].name);
-    cJSON_AddStringToObject(e, "describe", R->be[f->backend].desc);
+    cJSON_AddStringToObject(e, "describe", bench_fig_desc(R, f));
     if (R->be[f->backend].peer) cJSON_AddBoolToObject(e, "imported", 1);
     cJSON_AddStringToObject(e, "model", R->model_name);
     cJSON_AddStringToObject(e, "dtype", qc_dtype_str(R->dtype));

@@ -145,7 +145,10 @@ static qc_status load_model(const bench_opts *o, bench_report *R, qc_model **mp,
     fprintf(stderr, "%s: model ready in %.1f s (%.1f MB of weights)\n", PROG,
             bench_now_s() - t0, qc_model_weight_bytes(m) / 1e6);
     const qc_config *c = &m->cfg;
-    R->dtype = m->lm_head.dtype;
+    /* the run's weight type: a projection's (a Q8_0 model keeps its tied embedding BF16) */
+    R->dtype = m->cfg.n_layers > 0 && m->layers[0].out_proj.data ? m->layers[0].out_proj.dtype
+               : m->cfg.n_layers > 0 && m->layers[0].o_proj.data ? m->layers[0].o_proj.dtype
+                                                                  : m->lm_head.dtype;
     int longest = bench_list_max(o->prompts, o->n_prompts), d = bench_list_max(o->depths, o->n_depths);
     longest = (d > longest ? d : longest) + o->decode;
     if (longest > c->max_position_embeddings && c->max_position_embeddings > 0)

@@ -30,6 +30,10 @@ assert d["config"]["prompts"] == [8, 16] and d["config"]["depths"] == [0, 8, 24]
 assert d["machine"]["threads_list"] == [1, 2], d["machine"]
 assert [p["threads"] for p in d["probes"]["per_threads"]] == [1, 2]
 assert all(len(r["tok_s_samples"]) == 3 and r["tok_s_median"] > 0 for r in d["results"])
+# each figure is labelled with the backend as opened for its own thread count
+for r in d["results"]:
+    want = "1 thread)" if r["threads"] == 1 else "2 threads)"
+    assert r["describe"].endswith(want), (r["threads"], r["describe"])
 PYEOF
 [ "$(grep -c '^| optimized' "$TMP/sweep.md")" = 12 ] && ok "12 rows in the Markdown" || bad "Markdown rows: $(grep -c '^| optimized' "$TMP/sweep.md")"
 grep -q 'memory plan at 28 positions' "$TMP/stderr" && ok "the memory plan covers the longest context (depth 24 + decode 4)" \
