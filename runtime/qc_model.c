@@ -2,7 +2,7 @@
  * synthetic model with seeded random weights.
  *
  * Loading: config.json (qc_config_parse) + model.safetensors, or model.safetensors.index.json
- * and its shards (each mmapped read-only and validated by qc_st_parse). Every tensor name is
+ * and its shards (each read into read-only anonymous memory and validated by qc_st_parse). Every tensor name is
  * classified:
  *   model.visual.* / visual.* / mtp.*         skipped and counted (n_tensors_skipped)
  *   lm_head.weight                            the output head

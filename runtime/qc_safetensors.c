@@ -1,4 +1,4 @@
-/* qc_safetensors.c — validating safetensors header parser and read-only mmap.
+/* qc_safetensors.c — validating safetensors header parser and the read of a file into read-only memory.
  * Contract and the list of checks: include/qc/qc_safetensors.h. */
 #include "qc/qc_safetensors.h"
 

@@ -4,7 +4,7 @@
  * The estimate adds up, with 64-bit overflow checks:
  *   weights  the weight storage: every tensor of the config in `weight_dtype` (A_log and the
  *            gated-norm weight always F32, as real checkpoints and qc_model_synthetic store
- *            them); mmapped checkpoints are counted too (their pages are touched by a forward);
+ *            them); a loaded checkpoint is counted too (its files are read into memory);
  *   backend  the backends' private memory, per backend alive at once: what each backend REPORTS
  *            for its options (the built-in ones: qc_reference_scratch_bytes /
  *            qc_optimized_scratch_bytes, the counting pass of the very layout code their create

@@ -1,6 +1,6 @@
 /* qc_model.h — a loaded Qwen3.5 text model: config + typed weight views.
  *
- * Ownership: qc_model_load / qc_model_synthetic return a model that owns its memory (mmaps of
+ * Ownership: qc_model_load / qc_model_synthetic return a model that owns its memory (read-only copies of
  * the safetensors files and any buffers made at load, e.g. from the legacy packed layout);
  * qc_model_free releases all of it. Tensor views stay valid until then. Weights keep their
  * stored dtype (F32 / BF16 / F16, or Q8_0 for 2-D projection matrices); a backend converts or
@@ -109,7 +109,7 @@ typedef struct qc_model {
     char config_sha256[65];   /* hex SHA-256 of config.json bytes ("" for synthetic) */
     char weights_sha256[65];  /* hex SHA-256 of the weight files' bytes, concatenated in
                                  ascending file-name order ("" for synthetic) */
-    void *priv;               /* loader-private: mmaps and owned buffers */
+    void *priv;               /* loader-private: the files' copies and owned buffers */
 } qc_model;
 
 /* Load a Hugging Face Qwen3.5 checkpoint directory (config.json + model.safetensors or

@@ -1,5 +1,5 @@
 /* qc_safetensors.h — validating safetensors reader (header parse over the whole file bytes,
- * read-only mmap of files).
+ * a file read into read-only anonymous memory).
  *
  * File layout: u64 little-endian header length N, N bytes of JSON header, data region.
  * The header is an object {name: {"dtype","shape","data_offsets":[begin,end]}, ...} plus an
@@ -39,7 +39,7 @@ typedef struct {
 
 typedef struct {
     char path[1024];          /* file path as given (for messages) */
-    const uint8_t *bytes;     /* whole file (mmap or caller's buffer) */
+    const uint8_t *bytes;     /* whole file (our read-only copy or the caller's buffer) */
     size_t file_len;          /* bytes in the file */
     uint64_t header_len;      /* N */
     const uint8_t *data;      /* start of the data region */
@@ -47,8 +47,8 @@ typedef struct {
     int n_tensors;            /* entries (metadata excluded) */
     qc_st_tensor *tensors;    /* [n_tensors], sorted by name */
     int n_metadata;           /* string entries in __metadata__ */
-    void *map;                /* mmap base (NULL when parsed from a caller buffer) */
-    size_t map_len;           /* mmap length */
+    void *map;                /* base of our copy (NULL when parsed from a caller buffer) */
+    size_t map_len;           /* its length (munmap) */
 } qc_st_file;
 
 /* Parse and validate a whole safetensors file held in memory (buf[file_len]); `path` is used
@@ -57,7 +57,7 @@ typedef struct {
 qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_st_file *out,
                       qc_err *err);
 
-/* open(O_RDONLY) + mmap(PROT_READ) + qc_st_parse. */
+/* open(O_RDONLY), read into anonymous memory (then PROT_READ), qc_st_parse. */
 qc_status qc_st_open(const char *path, qc_st_file *out, qc_err *err);
 
 /* Tensor by exact name (binary search), or NULL. */
