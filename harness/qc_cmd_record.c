@@ -50,7 +50,7 @@ const char *const QC_RECORD_PROG = "qwen-conform record";
 static void record_usage(FILE *f) {
     fprintf(f,
             "usage: qwen-conform record --model DIR (--tokens 1,2,3 | --tokens-file F) --out F.h5\n"
-            "       qwen-conform record --synthetic 0.8b|2b|4b|9b [--dtype bf16|f32|f16] [--seed S] ...\n"
+            "       qwen-conform record --synthetic 0.8b|2b|4b|9b [--dtype bf16|f32|f16|q8_0] [--seed S] ...\n"
             "                                   (real Qwen3.5 dimensions, seeded random weights made\n"
             "                                   in memory; model_path \"synthetic:...\" in the output)\n"
             "       qwen-conform record --like GOLDEN.h5 --out ACTUAL.h5 [--backend SPEC]\n"
