@@ -7,25 +7,8 @@
 #      reference, optimized -> reference, harness -> optimized private header, an adapter ->
 #      runtime private header) is exit 1 naming the file, the line and the target; a folder
 #      that is not a source tree is exit 2.
-set -u
-SRC="$2"
-PY=/usr/bin/python3
+. "$(dirname "$0")/rule_common.sh" layerrule "$@"
 RULE="$SRC/tests/check_layers.py"
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/qc_layerrule.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-expect() { # expect RC DESCRIPTION PATTERN -- CMD...
-    local want="$1" what="$2" pat="$3"; shift 4
-    local out rc
-    out="$("$@" 2>&1)"; rc=$?
-    if [ "$rc" != "$want" ]; then
-        echo "FAIL: $what: exit $rc, want $want"; echo "$out" | tail -5; fails=$((fails + 1)); return
-    fi
-    if [ -n "$pat" ] && ! grep -qE -- "$pat" <<<"$out"; then
-        echo "FAIL: $what: output lacks /$pat/"; echo "$out" | tail -5; fails=$((fails + 1)); return
-    fi
-    echo "ok: $what"
-}
 
 expect 0 "the source tree keeps its layers" "0 forbidden" -- "$PY" "$RULE" "$SRC"
 

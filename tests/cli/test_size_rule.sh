@@ -6,25 +6,8 @@
 #      the line and the function), the same function with a "long:" comment passes, an 801-line
 #      file fails, an exception listed in size_exceptions.txt passes, tests/ files never fail,
 #      a directory that is not a source tree is exit 2.
-set -u
-SRC="$2"
-PY=/usr/bin/python3
+. "$(dirname "$0")/rule_common.sh" sizerule "$@"
 RULE="$SRC/tests/check_sizes.py"
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/qc_sizerule.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-expect() { # expect RC DESCRIPTION PATTERN -- CMD...
-    local want="$1" what="$2" pat="$3"; shift 4
-    local out rc
-    out="$("$@" 2>&1)"; rc=$?
-    if [ "$rc" != "$want" ]; then
-        echo "FAIL: $what: exit $rc, want $want"; echo "$out" | tail -5; fails=$((fails + 1)); return
-    fi
-    if [ -n "$pat" ] && ! grep -qE -- "$pat" <<<"$out"; then
-        echo "FAIL: $what: output lacks /$pat/"; echo "$out" | tail -5; fails=$((fails + 1)); return
-    fi
-    echo "ok: $what"
-}
 long_fn() { # long_fn NAME BODY_LINES
     echo "int $1(int x) {"
     for ((i = 0; i < $2; i++)); do echo "    x += $i;"; done
