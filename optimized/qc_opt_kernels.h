@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "qc/qc_model.h"
 
@@ -112,5 +113,30 @@ const qc_opt_kernels *qc_opt_kernels_by_name(const char *name);
 
 /* Round k up to the packing block. */
 static inline int qc_opt_kpad(int K) { return (K + QC_OPT_KB - 1) / QC_OPT_KB * QC_OPT_KB; }
+
+/* Element i of a weight row array W of type dt as fp32 (the scalar tails of the SIMD kernels;
+ * Q8_0: d * q of its block). */
+static inline float qc_opt_wscalar(const void *W, qc_dtype dt, size_t i) {
+    if (dt == QC_Q8_0) {
+        const unsigned char *b = (const unsigned char *)W + i / 32 * QC_Q8_0_BLOCK_BYTES;
+        uint16_t d;
+        memcpy(&d, b, 2);
+        return qc_f16_to_f32(d) * (float)(int8_t)b[2 + i % 32];
+    }
+    if (dt == QC_F32) {
+        float f;
+        memcpy(&f, (const float *)W + i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const uint16_t *)W + i, 2);
+    if (dt == QC_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    return qc_f16_to_f32(h);
+}
 
 #endif /* QC_OPT_KERNELS_H */

@@ -41,29 +41,6 @@ T2I __m256 ldq8(const void *W, size_t i) {
     return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), q);
 }
 
-static inline float wscalar(const void *W, qc_dtype dt, size_t i) {
-    if (dt == QC_Q8_0) {
-        const unsigned char *b = (const unsigned char *)W + i / 32 * QC_Q8_0_BLOCK_BYTES;
-        uint16_t d;
-        memcpy(&d, b, 2);
-        return qc_f16_to_f32(d) * (float)(int8_t)b[2 + i % 32];
-    }
-    if (dt == QC_F32) {
-        float f;
-        memcpy(&f, (const float *)W + i, 4);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, (const uint16_t *)W + i, 2);
-    if (dt == QC_BF16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    return qc_f16_to_f32(h);
-}
-
 /* mask of the first m (0..8) lanes */
 T2I __m256i mask8(int m) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -132,7 +109,7 @@ T2 static void k2_pack_w(float *panel, const void *W, qc_dtype dt, int K, int mr
                 _mm256_storeu_ps(dst + r * 16 + 8, v1);
             } else {
                 for (int j = 0; j < 16; j++)
-                    dst[r * 16 + j] = j < m ? wscalar(W, dt, (size_t)r * K + kb + j) : 0.0f;
+                    dst[r * 16 + j] = j < m ? qc_opt_wscalar(W, dt, (size_t)r * K + kb + j) : 0.0f;
             }
         }
     }
@@ -211,7 +188,7 @@ T2I float mv_row(const void *W, qc_dtype dt, int K, const float *x, int prefetch
     if (k + 8 <= K) { a1 = _mm256_fmadd_ps(ld8(W, dt, (size_t)k), _mm256_loadu_ps(x + k), a1); k += 8; }
     if (k + 8 <= K) { a2 = _mm256_fmadd_ps(ld8(W, dt, (size_t)k), _mm256_loadu_ps(x + k), a2); k += 8; }
     float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; k < K; k++) s += wscalar(W, dt, (size_t)k) * x[k];
+    for (; k < K; k++) s += qc_opt_wscalar(W, dt, (size_t)k) * x[k];
     return s;
 }
 
@@ -243,7 +220,7 @@ T2I float mv_row_bf16(const void *W, int K, const float *x, const float *xe, int
     if (k + 8 <= K) { a1 = _mm256_fmadd_ps(ld8(W, QC_BF16, (size_t)k), _mm256_loadu_ps(x + k), a1); k += 8; }
     if (k + 8 <= K) { a2 = _mm256_fmadd_ps(ld8(W, QC_BF16, (size_t)k), _mm256_loadu_ps(x + k), a2); k += 8; }
     float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; k < K; k++) s += wscalar(W, QC_BF16, (size_t)k) * x[k];
+    for (; k < K; k++) s += qc_opt_wscalar(W, QC_BF16, (size_t)k) * x[k];
     return s;
 }
 

@@ -58,29 +58,6 @@ T512I __m512 ldq16(const void *W, size_t i) {
     return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), q);
 }
 
-static inline float wscalar(const void *W, qc_dtype dt, size_t i) {
-    if (dt == QC_Q8_0) {
-        const unsigned char *b = (const unsigned char *)W + i / 32 * QC_Q8_0_BLOCK_BYTES;
-        uint16_t d;
-        memcpy(&d, b, 2);
-        return qc_f16_to_f32(d) * (float)(int8_t)b[2 + i % 32];
-    }
-    if (dt == QC_F32) {
-        float f;
-        memcpy(&f, (const float *)W + i, 4);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, (const uint16_t *)W + i, 2);
-    if (dt == QC_BF16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    return qc_f16_to_f32(h);
-}
-
 /* ===================================================================================== */
 /* Vector exp (Cephes expf; ~1 ulp; NaN propagates; underflows to 0 / overflows to inf)   */
 /* ===================================================================================== */
@@ -222,7 +199,7 @@ T512I float mv_row(const void *W, qc_dtype dt, int K, const float *x, int prefet
     if (k + 16 <= K) { a1 = _mm512_fmadd_ps(ld16(W, dt, (size_t)k), _mm512_loadu_ps(x + k), a1); k += 16; }
     if (k + 16 <= K) { a2 = _mm512_fmadd_ps(ld16(W, dt, (size_t)k), _mm512_loadu_ps(x + k), a2); k += 16; }
     float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    for (; k < K; k++) s += wscalar(W, dt, (size_t)k) * x[k];
+    for (; k < K; k++) s += qc_opt_wscalar(W, dt, (size_t)k) * x[k];
     return s;
 }
 
@@ -259,7 +236,7 @@ T512I float mv_row_bf16(const void *W, int K, const float *x, const float *xe, i
     if (k + 16 <= K) { a1 = _mm512_fmadd_ps(ld16(W, QC_BF16, (size_t)k), _mm512_loadu_ps(x + k), a1); k += 16; }
     if (k + 16 <= K) { a2 = _mm512_fmadd_ps(ld16(W, QC_BF16, (size_t)k), _mm512_loadu_ps(x + k), a2); k += 16; }
     float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    for (; k < K; k++) s += wscalar(W, QC_BF16, (size_t)k) * x[k];
+    for (; k < K; k++) s += qc_opt_wscalar(W, QC_BF16, (size_t)k) * x[k];
     return s;
 }
 

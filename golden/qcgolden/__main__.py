@@ -541,19 +541,7 @@ def cmd_write_model(a):
         raise InputError("--fixture %r: unknown (known: %s)"
                          % (a.fixture, ", ".join(s.name for s in fixtures.FIXTURES)))
     out = a.out
-    if not out:
-        raise InputError("--out: empty path")
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise InputError("--out %s: exists and is not a directory" % out)
-    if os.path.isdir(out) and not a.force:
-        have = sorted(n for n in os.listdir(out) if n == "config.json" or
-                      n.endswith(".safetensors") or n == "model.safetensors.index.json")
-        if have:
-            raise InputError("--out %s: already holds a checkpoint (%s): refused without --force"
-                             % (out, os.path.join(out, have[0])))
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise InputError("--out %s: directory %s does not exist" % (out, parent))
+    _check_model_out(out, a.force)
     from . import setup_torch
     setup_torch()
     from . import init

@@ -294,10 +294,15 @@ def make_weights(s):
 
 def _split_shards(tensors, n):
     """Contiguous groups of the sorted tensor list with roughly equal byte sizes."""
-    sizes = [len(safetensors.encode(a, d)) for _, d, a in tensors]
+    return group_by_size(tensors, [len(safetensors.encode(a, d)) for _, d, a in tensors], n)
+
+
+def group_by_size(items, sizes, n):
+    """At most n contiguous groups of items whose byte sizes (sizes[i]) are roughly equal: the
+    shard split of every checkpoint writer (init, preset)."""
     total = sum(sizes)
     groups, cur, acc = [], [], 0
-    for t, sz in zip(tensors, sizes):
+    for t, sz in zip(items, sizes):
         cur.append(t)
         acc += sz
         if len(groups) < n - 1 and acc >= total * (len(groups) + 1) / n:

@@ -161,17 +161,7 @@ def header(group, metadata):
 
 def split_shards(ents, n):
     """init._split_shards's grouping, from the byte sizes alone."""
-    sizes = [_nbytes(d, sh) for _, _, d, sh in ents]
-    total = sum(sizes)
-    groups, cur, acc = [], [], 0
-    for t, sz in zip(ents, sizes):
-        cur.append(t)
-        acc += sz
-        if len(groups) < n - 1 and acc >= total * (len(groups) + 1) / n:
-            groups.append(cur)
-            cur = []
-    groups.append(cur)
-    return [g for g in groups if g]
+    return init.group_by_size(ents, [_nbytes(d, sh) for _, _, d, sh in ents], n)
 
 
 def layout(s, shards=None, max_shard_bytes=DEFAULT_MAX_SHARD):
