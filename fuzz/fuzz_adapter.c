@@ -1,5 +1,5 @@
 /* fuzz_adapter.c — libFuzzer target for the host side of the adapter protocol
- * (docs/adapter-protocol.md, harness/qc_exec.c): arbitrary bytes as a child's answers.
+ * (docs/adapter-protocol.md, harness/host/qc_exec.c): arbitrary bytes as a child's answers.
  *
  * The real client runs unchanged, through its public API: qc_exec_open starts a real child
  * (`/bin/sh -c "exec <this binary> --qc-adapter-child <script>"`), and the conversation below
@@ -46,7 +46,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "../harness/qc_exec.h"
+#include "../harness/host/qc_exec.h"
 
 #define CHILD_FLAG "--qc-adapter-child"
 #define HOST_TIMEOUT_S 0.3

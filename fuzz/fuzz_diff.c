@@ -30,8 +30,8 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "../harness/qc_cli.h"
-#include "../harness/qc_golden.h"
+#include "../harness/io/qc_cli.h"
+#include "../harness/io/qc_golden.h"
 #include "golden_builder.h"
 
 #define MAX_EDITS 64

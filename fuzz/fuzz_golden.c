@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "../harness/qc_golden.h"
+#include "../harness/io/qc_golden.h"
 #include "golden_builder.h"
 
 /* ===================================================================================== */

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "fuzz_common.h"
-#include "../harness/qc_policy.h"
+#include "../harness/io/qc_policy.h"
 
 #define FZ_PATH "fuzz/tolerances.json"
 

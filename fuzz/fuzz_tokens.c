@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "fuzz_common.h"
-#include "../harness/qc_cli_common.h"
+#include "../harness/io/qc_cli_common.h"
 
 #define FZ_WHAT "fuzz/tokens.txt"
 #define FZ_VOCAB 512

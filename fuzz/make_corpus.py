@@ -130,7 +130,7 @@ def main():
     put("fuzz_tokens", "empty_items.txt", "1,,3\n, 4,\n")
     put("fuzz_tokens", "signs_hex.txt", "+5 -0 0x1f 99999999999\n")
 
-    # --- tolerance policy (harness/qc_policy.h)
+    # --- tolerance policy (harness/io/qc_policy.h)
     cls = ["logits", "hidden", "k_cache", "v_cache", "conv_state", "recurrent_state"]
     pol = {"schema_version": 1, "description": "seed",
            "defaults": {c: {"atol": 1e-4, "rtol": 1e-3} for c in cls},

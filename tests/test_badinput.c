@@ -31,7 +31,7 @@
 
 #include "qc/qc_backend.h"
 #include "qc/qc_config.h"
-#include "../harness/qc_golden.h"
+#include "../harness/io/qc_golden.h"
 #include "qc/qc_memplan.h"
 #include "qc/qc_model.h"
 #include "qc/qc_prefill.h"
@@ -41,9 +41,9 @@
 
 #include "../fuzz/golden_builder.h"
 #include "../fuzz/tiny_model.h"
-#include "../harness/qc_cli_common.h"
-#include "../harness/qc_policy.h"
-#include "../harness/qc_registry.h"
+#include "../harness/io/qc_cli_common.h"
+#include "../harness/io/qc_policy.h"
+#include "../harness/host/qc_registry.h"
 
 /* ===================================================================================== */
 /* Temp directory and assertions                                                         */

@@ -32,7 +32,7 @@
 #include "qc/qc_prefill.h"
 #include "qc/qc_runtime_plugin.h"
 #include "qc/qc_state.h"
-#include "../harness/qc_registry.h"
+#include "../harness/host/qc_registry.h"
 
 #define F32_MODEL QC_SOURCE_DIR "/fixtures/tiny-f32-tied-flat/model"
 #define BF16_MODEL QC_SOURCE_DIR "/fixtures/tiny-bf16-gva-nested/model"

@@ -1,4 +1,4 @@
-/* test_cli_common.c — the shared CLI helpers (harness/qc_cli_common.h): argv walker, profile
+/* test_cli_common.c — the shared CLI helpers (harness/io/qc_cli_common.h): argv walker, profile
  * flags (ExecuTorch defaults, JSON then flags), token lists (messages name the source and the
  * item), relative paths, atomic writes and the exit-code map. */
 #include <check.h>
@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../harness/qc_cli_common.h"
+#include "../harness/io/qc_cli_common.h"
 
 static char tmp_[256];
 

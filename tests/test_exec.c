@@ -1,4 +1,4 @@
-/* test_exec.c — the exec adapter client (harness/qc_exec.c) against a scriptable protocol child,
+/* test_exec.c — the exec adapter client (harness/host/qc_exec.c) against a scriptable protocol child,
  * tests/support/exec_child.py: a deterministic fake model whose every float is a hash of its
  * coordinates (fake() below is the child's function), so logits, hidden states and state
  * buffers are compared bit for bit; then every misbehaviour of a child (crash, hang, stray
@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../harness/qc_exec.h"
+#include "../harness/host/qc_exec.h"
 
 #define CHILD_PY QC_SOURCE_DIR "/tests/support/exec_child.py"
 

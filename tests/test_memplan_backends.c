@@ -28,7 +28,7 @@
 #include "qc/qc_optimized.h"
 #include "qc/qc_reference.h"
 #include "qc_testmodel.h"
-#include "../harness/qc_registry.h"
+#include "../harness/host/qc_registry.h"
 
 /* ===================================================================================== */
 /* Counting allocator (-Wl,--wrap=malloc,... for this executable)                         */

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../harness/qc_metrics.h"
+#include "../harness/io/qc_metrics.h"
 
 static qc_tdesc desc2(qc_tclass cls, const char *path, int r, int c, double atol, double rtol) {
     qc_tdesc d;

@@ -24,7 +24,7 @@
 #include "qc/qc_prefill.h"
 #include "qc/qc_state.h"
 #include "qc_testmodel.h"
-#include "../harness/qc_registry.h"
+#include "../harness/host/qc_registry.h"
 #include "../optimized/qc_opt_internal.h"
 #include "support/qc_test_attention_untiled.h"
 

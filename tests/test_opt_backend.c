@@ -18,7 +18,7 @@
 #include "qc/qc_prefill.h"
 #include "qc/qc_state.h"
 #include "qc_testmodel.h"
-#include "../harness/qc_registry.h"
+#include "../harness/host/qc_registry.h"
 #include "../optimized/qc_opt_kernels.h"
 
 /* ===================================================================================== */

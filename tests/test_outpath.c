@@ -1,4 +1,4 @@
-/* test_outpath.c — output-file safety (harness/qc_outpath.h): identity of inputs and outputs
+/* test_outpath.c — output-file safety (harness/io/qc_outpath.h): identity of inputs and outputs
  * (hard links, symlinks, different spellings of a file not yet created), path validation,
  * --force for existing files, --dump-actual directories, atomic writes through symlinks,
  * direct writes to devices / FIFOs / stdout, temp-file cleanup on a failing write (RLIMIT_FSIZE
@@ -17,9 +17,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../harness/qc_outpath.h"
-#include "../harness/qc_report_json.h"
-#include "../harness/qc_golden.h"
+#include "../harness/io/qc_outpath.h"
+#include "../harness/report/qc_report_json.h"
+#include "../harness/io/qc_golden.h"
 
 #ifndef QC_SOURCE_DIR
 #define QC_SOURCE_DIR "."

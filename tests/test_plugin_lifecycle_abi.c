@@ -8,7 +8,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "../harness/qc_remote.h"
+#include "../harness/host/qc_remote.h"
 #include "qc_testmodel.h"
 
 static int g_calls[4], g_arg[4], g_rc;

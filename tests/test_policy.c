@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../harness/qc_policy.h"
+#include "../harness/io/qc_policy.h"
 
 #define ALL_DEFAULTS                                                       \
     "\"defaults\": {"                                                      \

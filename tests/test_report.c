@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../harness/qc_report_console.h"
-#include "../harness/qc_report_json.h"
-#include "../harness/qc_report_junit.h"
+#include "../harness/report/qc_report_console.h"
+#include "../harness/report/qc_report_json.h"
+#include "../harness/report/qc_report_junit.h"
 
 /* Three rows: a pass with metrics, a failure whose metrics hold NaN / Inf and a detail with
  * XML specials, a skip. */

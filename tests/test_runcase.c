@@ -11,11 +11,11 @@
 #include <string.h>
 
 #include "qc/qc_backend.h"
-#include "../harness/qc_golden.h"
+#include "../harness/io/qc_golden.h"
 #include "qc/qc_model.h"
 #include "qc/qc_prefill.h"
 #include "qc/qc_reference.h"
-#include "../harness/qc_runcase.h"
+#include "../harness/host/qc_runcase.h"
 #include "qc_testmodel.h"
 
 /* ===================================================================================== */

@@ -7,7 +7,7 @@
       and phase, and the tier limits derived from them (fixtures/tolerance-tiers-measurements.json,
       written by `python3 golden/qcgolden measure-tiers`).
 
-The metric definitions here are the harness's (harness/qc_metrics_dist.c); a change in one must
+The metric definitions here are the harness's (harness/io/qc_metrics_dist.c); a change in one must
 be made in the other.
 """
 import json
@@ -172,7 +172,7 @@ def simulate(golden_path, sim, out_path, bug=None, cases=None, hidden=False):
 
 
 # ------------------------------------------------------------------------------------------------
-# Metrics (the harness's definitions: harness/qc_metrics_dist.c)
+# Metrics (the harness's definitions: harness/io/qc_metrics_dist.c)
 # ------------------------------------------------------------------------------------------------
 
 def kl_rows(g, a):
@@ -400,7 +400,7 @@ def _dump_json(o, depth):
 
 
 # ------------------------------------------------------------------------------------------------
-# The C table (harness/qc_tier.c between its BEGIN / END TIER TABLE markers)
+# The C table (harness/io/qc_tier.c between its BEGIN / END TIER TABLE markers)
 # ------------------------------------------------------------------------------------------------
 
 ABOUT = {
@@ -417,7 +417,7 @@ def _g(x):
 
 
 def c_table(res):
-    """The tier rows of harness/qc_tier.c from a measurement (deterministic text)."""
+    """The tier rows of harness/io/qc_tier.c from a measurement (deterministic text)."""
     out = ["static const tier_row tiers[] = {",
            '    {"fp32", "float32 runtimes: the policy as loaded (fixtures/tolerances.json)", '
            'NULL, 0,', "     0, 0, 0, 0, 0, {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}},",

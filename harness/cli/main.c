@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "qc/qc_probe.h"
-#include "../qc_cli.h"
-#include "../qc_golden.h"
+#include "qc_cli.h"
+#include "qc_golden.h"
 
 static const char usage[] =
     "usage: qwen-conform [check] --golden DIR|FILE [options]   check a runtime against goldens\n"

@@ -134,7 +134,7 @@ qc_status qc_backend_sync_state(qc_backend *be, qc_state *st, int n_pos, qc_err 
 
 /* Making a backend is not the runtime's business (it never names one): qc_reference_create
  * (qc/qc_reference.h) and qc_optimized_create (qc/qc_optimized.h) make the built-in ones; the
- * harness maps `--backend` names to them, to plugins and to adapters (harness/qc_registry.h). */
+ * harness maps `--backend` names to them, to plugins and to adapters (harness/host/qc_registry.h). */
 void qc_backend_destroy(qc_backend *be); /* NULL-safe */
 /* What every backend's create checks first, one wording for all: m non-NULL, o non-NULL,
  * o->max_tokens >= 1 (QC_ERR_ARG "create: ..."), then qc_model_validate(m) (the one model

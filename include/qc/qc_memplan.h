@@ -12,7 +12,7 @@
  *            the chunk scratch, per-thread scratch...). The planner only sums
  *            rq->backend_bytes[]; it never re-derives a backend's layout. The runtime never
  *            names a backend: the harness's registry fills the list for a backend name
- *            (qc_registry_memplan in harness/qc_registry.h);
+ *            (qc_registry_memplan in harness/host/qc_registry.h);
  *   state    qc_state for max_context_len positions (exactly qc_state_bytes' formula);
  *   runner   the prefill controller's own buffers (token history [max_context_len], last
  *            logits [V], and [max_context_len, V] logits for a no-KV-cache profile) and what

@@ -2,7 +2,7 @@
  * Qwen3.5 forward pass, strictly without FMA contraction.
  *
  * Link: qwen_conform::reference (CMake) / qwen-conform (pkg-config), on top of the runtime.
- * The harness reaches it by name through its registry (harness/qc_registry.h); the runtime
+ * The harness reaches it by name through its registry (harness/host/qc_registry.h); the runtime
  * itself never names a backend.
  */
 #ifndef QC_REFERENCE_H

@@ -117,7 +117,7 @@ for spec in "norm1 model.layers.1.input_layernorm.weight 1 linear_attention 1 0"
     || bad "$name logits-only: exit $rc $(grep -m2 -E 'diverge|First divergent' "$TMP/out")"
 done
 # check's own localisation from the states keeps the same wording (the shared code)
-grep -rq "whose state passes" "$SRC/harness/qc_check_localise.c" && ok "check and diff share the state localisation" || bad "shared localisation text"
+grep -rq "whose state passes" "$SRC/harness/check/qc_check_localise.c" && ok "check and diff share the state localisation" || bad "shared localisation text"
 
 echo "# $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -20,11 +20,11 @@ fresh; inject runtime/qc_state.c ../reference/qc_ref_blocks.h
 expect 1 "runtime -> reference is caught" "runtime/qc_state.c:1: runtime includes reference/qc_ref_blocks.h" -- "$PY" "$RULE" "$TMP/t"
 fresh; inject optimized/qc_opt_pool.c ../reference/qc_ref_moe.h
 expect 1 "optimized -> reference is caught" "optimized/qc_opt_pool.c:1: optimized includes reference/qc_ref_moe.h" -- "$PY" "$RULE" "$TMP/t"
-fresh; inject harness/qc_cmd_bench.c ../optimized/qc_opt_internal.h
-expect 1 "harness -> a private optimized header is caught" "harness/qc_cmd_bench.c:1: harness includes optimized/qc_opt_internal.h" -- "$PY" "$RULE" "$TMP/t"
+fresh; inject harness/bench/qc_cmd_bench.c ../../optimized/qc_opt_internal.h
+expect 1 "harness -> a private optimized header is caught" "harness/bench/qc_cmd_bench.c:1: harness includes optimized/qc_opt_internal.h" -- "$PY" "$RULE" "$TMP/t"
 fresh; inject adapters/builtin/qc_builtin_plugin.c ../../runtime/qc_model_priv.h
 expect 1 "adapter -> a private runtime header is caught" "adapters/builtin includes runtime/qc_model_priv.h" -- "$PY" "$RULE" "$TMP/t"
-fresh; inject harness/qc_cmd_bench.c qc/qc_optimized.h
+fresh; inject harness/bench/qc_cmd_bench.c qc/qc_optimized.h
 expect 0 "harness -> the public include/qc/ is fine" "0 forbidden" -- "$PY" "$RULE" "$TMP/t"
 expect 2 "not a source tree" "no runtime/ folder" -- "$PY" "$RULE" "$TMP"
 

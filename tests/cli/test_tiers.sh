@@ -99,17 +99,17 @@ if [ $rc = 2 ] && grep -q "fp32, f16-kv, bf16-kv, bf16, int8, int4" "$T/bad.out"
 else
     echo "FAIL: unknown tier: exit $rc"; cat "$T/bad.out"; fails=$((fails + 1))
 fi
-# the shipped tier table (harness/qc_tier.c) and the docs' numbers are what the committed
+# the shipped tier table (harness/io/qc_tier.c) and the docs' numbers are what the committed
 # measurements give
-cp "$ROOT/harness/qc_tier.c" "$T/qc_tier.c"
+cp "$ROOT/harness/io/qc_tier.c" "$T/qc_tier.c"
 cp "$ROOT/docs/tolerance-tiers.md" "$T/tiers.md"
 $PY "$ROOT/golden/qcgolden" measure-tiers --from "$ROOT/fixtures/tolerance-tiers-measurements.json" \
     --c-table "$T/qc_tier.c" --doc "$T/tiers.md" >/dev/null
-if cmp -s "$T/qc_tier.c" "$ROOT/harness/qc_tier.c" && cmp -s "$T/tiers.md" "$ROOT/docs/tolerance-tiers.md"; then
+if cmp -s "$T/qc_tier.c" "$ROOT/harness/io/qc_tier.c" && cmp -s "$T/tiers.md" "$ROOT/docs/tolerance-tiers.md"; then
     echo "ok: tier table and docs numbers match fixtures/tolerance-tiers-measurements.json"
 else
-    echo "FAIL: harness/qc_tier.c or docs/tolerance-tiers.md differ from the measurements:"
-    diff "$ROOT/harness/qc_tier.c" "$T/qc_tier.c" | head -10
+    echo "FAIL: harness/io/qc_tier.c or docs/tolerance-tiers.md differ from the measurements:"
+    diff "$ROOT/harness/io/qc_tier.c" "$T/qc_tier.c" | head -10
     diff "$ROOT/docs/tolerance-tiers.md" "$T/tiers.md" | head -10
     fails=$((fails + 1))
 fi

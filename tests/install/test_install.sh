@@ -56,7 +56,9 @@ for f in libqc_reference.a libqc_optimized.a pkgconfig/qwen-conform.pc \
          cmake/qwen_conform/qwen_conformTargets.cmake; do
   [ -f "$libdir/$f" ] || bad "missing $f"
 done
-[ -e "$libdir/libqc_harness.a" ] && bad "the harness library is installed (it is not an API)"
+for h in "$libdir"/libqc_harness.a "$libdir"/libqc_h_*.a; do # harness/<folder>/ libraries
+  if [ -e "$h" ]; then bad "a harness library is installed (it is not an API): ${h##*/}"; fi
+done
 nm "$libdir/libqc_runtime.a" 2>/dev/null | grep -qE ' U (qc_reference_create|qc_optimized_create|qc_registry_)' \
   && bad "libqc_runtime.a references a backend or the registry"
 

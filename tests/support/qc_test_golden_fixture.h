@@ -16,8 +16,8 @@
 
 #include <hdf5.h>
 
-#include "../harness/qc_golden.h"
-#include "../harness/qc_runcase.h"
+#include "../harness/io/qc_golden.h"
+#include "../harness/host/qc_runcase.h"
 #include "qc/qc_state.h"
 
 /* ===================================================================================== */

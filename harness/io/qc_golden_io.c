@@ -18,7 +18,6 @@
  * are variable-length UTF-8 scalars on write and either VL or fixed-length on read.
  */
 #include "qc_golden.h"
-#include "qc_runcase.h" /* qc_case_free */
 
 #include <ctype.h>
 #include <errno.h>

@@ -33,7 +33,6 @@ typedef struct {
 qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *name,
                       const qc_case_input *in, qc_golden_case *out, qc_err *err);
 
-/* Free the arrays of a case produced by qc_run_case or qc_golden_open (not the struct). */
-void qc_case_free(const qc_config *cfg, qc_golden_case *c);
+/* qc_case_free (qc_golden.h, harness/io/) frees the arrays of a case produced here. */
 
 #endif /* QC_RUNCASE_H */

@@ -10,7 +10,7 @@
  * a single file. Exit 0 written; 2 on a usage / I/O / format error (the message names the file
  * and the dataset) — nothing is written then.
  *
- * Output safety (harness/qc_outpath.h): --out may not be a golden's directory or inside one,
+ * Output safety (harness/io/qc_outpath.h): --out may not be a golden's directory or inside one,
  * no file written may be an input (a golden, a model file); an existing non-empty --out is
  * refused without --force. Everything is built in memory first; a new --out (or an empty
  * one) is then filled as a temp directory beside it and renamed into place, with --force the

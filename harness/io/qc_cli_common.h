@@ -141,7 +141,7 @@ qc_status qc_cli_check_tokens(const int32_t *ids, int n, int vocab, const char *
  * a FIFO, a device or a directory is refused without blocking, e.g.
  * "pol.json: not a regular file (a FIFO)". */
 qc_status qc_cli_read_file(const char *path, char **data, size_t *len, qc_err *err);
-/* Write data atomically through qc_out_write_file (harness/qc_outpath.h): a temp file in the
+/* Write data atomically through qc_out_write_file (harness/io/qc_outpath.h): a temp file in the
  * target's directory, fsync, rename; "-", devices and FIFOs are written directly; on any
  * failure the temp file is removed and path is untouched. */
 qc_status qc_cli_write_atomic(const char *path, const void *data, size_t n, qc_err *err);

@@ -147,6 +147,10 @@ size_t qc_golden_case_bytes(const qc_config *cfg, const qc_golden_case_meta *m);
 qc_status qc_golden_open(const char *path, qc_golden **out, qc_err *err);
 void qc_golden_free(qc_golden *g);
 
+/* Free the arrays of a case produced by qc_run_case (harness/host/qc_runcase.h) or
+ * qc_golden_open (not the struct). */
+void qc_case_free(const qc_config *cfg, qc_golden_case *c);
+
 /* 1 once the HDF5 library has faulted (SIGSEGV/SIGBUS) reading a corrupt file: the error was
  * reported as QC_ERR_HDF5, but the library's state is unusable; leave with _exit(). */
 int qc_golden_hdf5_faulted(void);

@@ -48,7 +48,7 @@ typedef struct {
 
 typedef struct qc_policy qc_policy;
 
-/* A reduced-precision tier in force (harness/qc_tier.c, docs/tolerance-tiers.md): the
+/* A reduced-precision tier in force (harness/io/qc_tier.c, docs/tolerance-tiers.md): the
  * distribution gates of the logits checks and the floors of every lookup. */
 typedef struct {
     char name[32];          /* "f16-kv", ... */

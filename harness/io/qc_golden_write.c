@@ -1,7 +1,6 @@
 /* qc_golden_write.c — writing a golden / ACTUAL file in schema v1 (atomically, through
  * qc_outpath) and the state snapshots taken from a qc_state. */
 #include "qc_golden.h"
-#include "qc_runcase.h" /* qc_case_free */
 
 #include <ctype.h>
 #include <dirent.h>

@@ -1,7 +1,6 @@
 /* qc_golden_find.c — finding golden files: every *.h5 under a directory once (device + inode),
  * sorted; directory loops and duplicate links are skipped with a note. */
 #include "qc_golden.h"
-#include "qc_runcase.h" /* qc_case_free */
 
 #include <ctype.h>
 #include <dirent.h>

@@ -10,7 +10,6 @@
 #include <hdf5.h>
 
 #include "qc_golden_internal.h"
-#include "qc_runcase.h" /* qc_case_free */
 
 /* ===================================================================================== */
 /* reading: a case's tensors and state                                                   */
