@@ -5,11 +5,15 @@
     runtime/      the shared core: includes only include/qc/ and runtime/
     reference/    a backend: include/qc/ and reference/
     optimized/    a backend: include/qc/ and optimized/
-    harness/      the CLI: include/qc/ and harness/ (never a backend's private header)
-    adapters/X/   a shipped adapter: include/qc/, its own folder and harness/ (adapter-serve)
+    harness/X/    the CLI, one folder per concern in layer order (HARNESS_ORDER, bottom first:
+                  io, host, report, check, diff, record, bench, cli): include/qc/, its own
+                  folder and the folders below it (never a backend's private header); a source
+                  file directly in harness/ or in a folder not in the table is refused
+    adapters/X/   a shipped adapter: include/qc/ and its own folder
 
 An `#include "..."` is resolved as the compiler would (next to the including file, then
-include/); a system include (<...>) is not checked. Prints each forbidden arrow as
+include/, then, for a harness file, the harness/X/ folders: CMake puts a folder on the include
+path of the targets that link it); a system include (<...>) is not checked. Prints each forbidden arrow as
 `FILE:LINE: LAYER includes TARGET (LAYER)` and exits 1 when there is one, 0 otherwise, 2 on
 bad usage. Usage: check_layers.py [SOURCE_DIR]
 """
@@ -25,26 +29,40 @@ ALLOWED = {
     "reference": set(),
     "optimized": set(),
     "harness": set(),
-    "adapters": {"harness"},
+    "adapters": set(),
 }
+# harness/X/ sub-layers, bottom first: each may include itself and the ones before it (the same
+# order as the CMake link chain qc_h_cli -> qc_h_bench -> ... -> qc_h_io, CMakeLists.txt)
+HARNESS_ORDER = ("io", "host", "report", "check", "diff", "record", "bench", "cli")
 SOURCE_EXT = (".c", ".h", ".cpp")
 
 
 def layer_of(root, path):
     rel = os.path.relpath(path, root)
-    top = rel.split(os.sep)[0]
-    if top == "adapters":
-        parts = rel.split(os.sep)
-        return "adapters/" + parts[1] if len(parts) > 2 else "adapters"
+    parts = rel.split(os.sep)
+    top = parts[0]
+    if top in ("adapters", "harness"):
+        return top + "/" + parts[1] if len(parts) > 2 else top
     return top if top in LAYERS else None
 
 
 def resolve(root, src, name):
-    for base in (os.path.dirname(src), os.path.join(root, "include")):
+    bases = [os.path.dirname(src), os.path.join(root, "include")]
+    if layer_of(root, src).startswith("harness"):
+        bases += [os.path.join(root, "harness", h) for h in HARNESS_ORDER]
+    for base in bases:
         p = os.path.normpath(os.path.join(base, name))
         if os.path.isfile(p):
             return p
     return None
+
+
+def harness_ok(me, them):
+    """me, them: harness/X layers. Only downward (or same-folder) arrows are allowed."""
+    b = them.split("/")[1] if "/" in them else None
+    if b not in HARNESS_ORDER:
+        return False  # a header directly in harness/ or in a folder outside the table
+    return HARNESS_ORDER.index(b) <= HARNESS_ORDER.index(me.split("/")[1])
 
 
 def check(root):
@@ -59,6 +77,10 @@ def check(root):
                 src = os.path.join(dirpath, f)
                 n_files += 1
                 me = layer_of(root, src)
+                if me.split("/")[0] == "harness" and me[len("harness/"):] not in HARNESS_ORDER:
+                    bad.append("%s: not in a harness layer folder (%s)" % (
+                        os.path.relpath(src, root), ", ".join(HARNESS_ORDER)))
+                    continue
                 with open(src, encoding="utf-8", errors="replace") as fh:
                     for ln, line in enumerate(fh, 1):
                         m = INCLUDE.match(line)
@@ -72,6 +94,9 @@ def check(root):
                             continue
                         mine = me.split("/")[0]
                         if them.split("/")[0] in ALLOWED.get(mine, set()):
+                            continue
+                        if mine == "harness" and them.split("/")[0] == "harness" \
+                                and harness_ok(me, them):
                             continue
                         bad.append("%s:%d: %s includes %s (%s)" % (
                             os.path.relpath(src, root), ln, me, os.path.relpath(tgt, root), them))
