@@ -681,7 +681,7 @@ def main(argv):
     argv = list(argv)
     if argv[:1] == ["regen"]:  # its own argument rules (qcgolden/regen.py)
         return cmd_regen(argv[1:])
-    if argv[:1] in (["simulate"], ["measure-tiers"]):  # qcgolden/precision_cli.py
+    if argv[:1] in (["simulate"], ["measure-tiers"], ["measure-topk"]):  # precision_cli.py
         from . import precision_cli
         return precision_cli.main(argv)
     a = build_parser().parse_args(argv)

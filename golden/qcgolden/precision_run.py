@@ -383,19 +383,35 @@ def write_json(path, obj):
     obj = dict(obj, sims={s: {k: v for k, v in d.items() if k != "files"}
                           for s, d in obj["sims"].items()})
     obj = _round4(obj)
+    # keep what `measure-topk` (topk.py) added to the file: the "topk" object of each sim
+    # (and of "fp32") and the root "topk_measure"; rerun measure-topk after changing the sims
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        old = {}
+    for s, d in old.get("sims", {}).items():
+        if isinstance(d, dict) and "topk" in d:
+            obj["sims"][s] = dict(obj["sims"].get(s, {}), topk=d["topk"])
+    if "topk_measure" in old:
+        obj["topk_measure"] = old["topk_measure"]
     tmp = path + ".tmp.%d" % os.getpid()
     with open(tmp, "w") as f:
         f.write(_dump_json(obj, 0) + "\n")
     os.replace(tmp, path)
 
 
-def _dump_json(o, depth):
+def _dump_json(o, depth, deep=False):
     """JSON, sorted keys: nested dicts indented down to depth 3 (sims / sim / per_golden /
-    golden), anything deeper on one line (one line per "measured" / "limits" block)."""
-    if not isinstance(o, dict) or depth >= 4 or not o:
+    golden), anything deeper on one line (one line per "measured" / "limits" block). Inside a
+    "topk" / "topk_measure" object (topk.py: deeper) every dict holding a dict is indented, a
+    dict of plain values is one line."""
+    if not isinstance(o, dict) or not o or (
+            not any(isinstance(v, dict) for v in o.values()) if deep else depth >= 4):
         return json.dumps(o, sort_keys=True)
     pad = " " * (depth + 1)
-    items = ["%s%s: %s" % (pad, json.dumps(k), _dump_json(o[k], depth + 1)) for k in sorted(o)]
+    items = ["%s%s: %s" % (pad, json.dumps(k), _dump_json(
+        o[k], depth + 1, deep or k in ("topk", "topk_measure"))) for k in sorted(o)]
     return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
 
 
