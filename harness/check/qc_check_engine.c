@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
+#include "qc_check_http.h"
 
 #include "qc_cli.h"
 
@@ -691,6 +692,10 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
     qc_model *model = NULL;
     fault_model *fm = NULL;
     if (c->o->list || n_sel == 0) goto out;
+    if (c->srv) { /* a server loads its own model: only the golden's tokens and logits count */
+        ck_http_file(c, c->srv, g, sel);
+        goto out;
+    }
     if (qc_model_load(g->model_dir, &model, &err) != QC_OK) {
         ck_emit_simple(c, "_model", "-", "-", "load", QC_VERDICT_ERROR, err.msg,
                        ck_model_hint(c, g, err.msg));
@@ -769,6 +774,10 @@ int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
             return QC_EXIT_ERROR;
         }
     }
+    if (ck_http_open(&c)) { /* an http: runtime that cannot be reached: a usage error */
+        qc_golden_paths_free(paths, n);
+        return QC_EXIT_ERROR;
+    }
     if (!o->list && !o->calibrate) qc_report_console_header(stdout);
     long counter = 0;
     for (int i = 0; i < n; i++) {
@@ -777,6 +786,7 @@ int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
         check_file(&c, paths[i], &counter);
     }
     qc_golden_paths_free(paths, n);
+    qc_server_close(c.srv);
     res->seconds = ck_wall() - t0;
     if (o->list) return res->n_error ? QC_EXIT_ERROR : c.listed ? QC_EXIT_PASS : QC_EXIT_NOTHING;
     if (res->n_error) return QC_EXIT_ERROR;

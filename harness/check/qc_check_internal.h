@@ -69,6 +69,8 @@ typedef struct {
     char dump_path[QC_CK_SLOTS][N_MODES][1400]; /* actual file per backend x mode ("" = none) */
     const char *slot_name[QC_CK_SLOTS];       /* backend name per slot (NULL: not checked) */
     double t_row;                             /* start time of the current row */
+    struct qc_server *srv;                    /* the runtime under test is a server (http:):
+                                                 open for the whole run, else NULL */
     long listed;                              /* ids printed by --list */
 } ctx;
 

@@ -3,6 +3,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_registry.h"
+#include "qc_server.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -187,6 +188,19 @@ qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec 
         snprintf(out->plugin, sizeof out->plugin, "%s", path);
         return QC_OK;
     }
+    if (!strncmp(spec, "http:", 5) && (!strncmp(spec + 5, "http://", 7) ||
+                                       !strncmp(spec + 5, "https://", 8))) {
+        qc_server_opts so;
+        qc_status s = qc_server_parse(spec + 5, &so, err); /* usage errors first */
+        if (s) return s;
+        out->kind = QC_RT_HTTP;
+        snprintf(out->target, sizeof out->target, "%s", spec + 5);
+        /* the name in reports: http:host:port (no path, no options, never a key) */
+        const char *h = strstr(so.url, "://") + 3;
+        size_t hl = strcspn(h, "/?#");
+        snprintf(out->name, sizeof out->name, "http:%.*s", (int)(hl < 200 ? hl : 200), h);
+        return QC_OK;
+    }
     if (!strcmp(spec, "llamacpp") || !strncmp(spec, "llamacpp,", 9)) {
         char path[1024], spec2[2100];
         llamacpp_plugin_path(path, sizeof path);
@@ -212,8 +226,8 @@ qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec 
         return QC_OK;
     }
     return qc_errf(err, QC_ERR_ARG, "--backend: '%s' is not reference, optimized, all, "
-                   "plugin:PATH.so[,k=v...], exec:\"CMD ARGS\", isolate:plugin:PATH.so or "
-                   "llamacpp[,k=v...]", spec);
+                   "plugin:PATH.so[,k=v...], exec:\"CMD ARGS\", isolate:plugin:PATH.so, "
+                   "llamacpp[,k=v...] or http:URL[,k=v...]", spec);
 }
 
 /* ===================================================================================== */
@@ -305,6 +319,10 @@ static void exec_set_dims(void *handle, const qc_config *cfg) {
 qc_status qc_registry_create(const qc_runtime_spec *rs, const char *model_dir, const qc_model *m,
                              const qc_backend_opts *o, qc_backend **out, qc_err *err) {
     *out = NULL;
+    if (rs->kind == QC_RT_HTTP)
+        return qc_errf(err, QC_ERR_ARG, "%s: a server is checked by `check` (top-k log-probabilities)"
+                       " and timed by `bench`; it is not a runtime this command can drive call by "
+                       "call", rs->name);
     if (rs->kind == QC_RT_BUILTIN) {
         const builtin_entry *b = builtin_find(rs->target);
         if (!b) return qc_errf(err, QC_ERR_ARG, "unknown built-in backend '%s'", rs->target);

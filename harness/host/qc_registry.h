@@ -9,6 +9,9 @@
  *                               cache that ci/llamacpp builds), run out of process by default
  *                               (a llama.cpp abort must not take the harness down)
  *   isolate:SPEC                run a plugin SPEC in a child `qwen-conform adapter-serve`
+ *   http:URL[,k=v...]           a running server (vLLM, SGLang, llama-server, OpenAI-compatible)
+ *                               checked through top-k log-probabilities (qc_server.h); not a
+ *                               qc_backend: the check engine drives it (check/qc_check_http.c)
  *
  * Parsing never loads anything (usage errors first); creation loads and opens.
  */
@@ -19,7 +22,7 @@
 #include "qc/qc_memplan.h"
 #include "qc/qc_runtime_plugin.h"
 
-typedef enum { QC_RT_BUILTIN = 0, QC_RT_PLUGIN = 1, QC_RT_EXEC = 2 } qc_rt_kind;
+typedef enum { QC_RT_BUILTIN = 0, QC_RT_PLUGIN = 1, QC_RT_EXEC = 2, QC_RT_HTTP = 3 } qc_rt_kind;
 
 typedef struct {
     qc_rt_kind kind;

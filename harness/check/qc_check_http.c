@@ -1,0 +1,293 @@
+/* qc_check_http.c — the top-k checks of a server against the golden cases (qc_check_http.h). */
+#include "qc_check_http.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#pragma GCC diagnostic ignored "-Wformat-truncation" /* key lines are cut at their buffers */
+
+void ck_topk_limits(const ctx *c, const char *case_name, qc_topk_limits *lim) {
+    memset(lim, 0, sizeof *lim);
+    char id[256];
+    snprintf(id, sizeof id, "%s/%s", c->stem, case_name);
+    qc_tol tol;
+    qc_policy_lookup(c->pol, QC_TC_LOGITS, c->o->ext.name, CK_SERVED, "topk.logprob", id,
+                     "prefill/logits", &tol, NULL);
+    lim->lp_atol = tol.atol;
+    lim->lp_rtol = tol.rtol;
+    lim->tie = qc_policy_tie_margin(c->pol);
+    lim->overlap_min = 1.0;
+    const qc_tier_gate *tg = qc_policy_tier(c->pol);
+    if (!tg) return;
+    if (tg->tie_delta > lim->tie) lim->tie = tg->tie_delta;
+    lim->overlap_min = tg->topk_min;
+    for (int i = 0; i < tg->n_stems; i++)
+        if (!strcmp(tg->stems[i].stem, c->stem)) lim->overlap_min = tg->stems[i].topk_min;
+}
+
+const float *ck_golden_row(const qc_golden_case *gc, int V, int p) {
+    int r = p - gc->start_pos;
+    if (r < 0) return NULL;
+    if (r < gc->n_tokens) return gc->prefill_logits + (size_t)r * (size_t)V;
+    r -= gc->n_tokens;
+    if (r < gc->n_decode && gc->decode_logits) return gc->decode_logits + (size_t)r * (size_t)V;
+    return NULL;
+}
+
+int32_t *ck_case_seq(const qc_golden_case *gc, int *n) {
+    int P = gc->n_history > 0 ? gc->n_history : 0;
+    *n = P + gc->n_tokens + gc->n_decode;
+    int32_t *s = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *s);
+    if (!s) return NULL;
+    if (P) memcpy(s, gc->history, (size_t)P * sizeof *s);
+    memcpy(s + P, gc->tokens, (size_t)gc->n_tokens * sizeof *s);
+    if (gc->n_decode) memcpy(s + P + gc->n_tokens, gc->decode_tokens,
+                             (size_t)gc->n_decode * sizeof *s);
+    return s;
+}
+
+/* "prompt position 12" / "decode step 3" */
+static void where(const qc_golden_case *gc, int p, char *b, size_t n) {
+    int r = p - gc->start_pos;
+    if (r < gc->n_tokens) snprintf(b, n, "prompt position %d", p);
+    else snprintf(b, n, "decode step %d (position %d)", r - gc->n_tokens, p);
+}
+
+/* The teacher-forced distributions of a case: every position start_pos .. n-1 (or a spread of
+ * max_positions of them, per-prefix dialects), tallied against the golden. */
+typedef struct {
+    qc_topk_tally t;
+    int requests;
+    double seconds;
+    int scored;          /* positions scored */
+    int total;           /* positions the case has */
+    char fail[900];      /* the first invalid answer, with its position ("" = none) */
+} tf_result;
+
+static void tally_score(const qc_golden_case *gc, int V, const qc_topk_limits *lim,
+                        const qc_score *sc, tf_result *res) {
+    for (int r = 0; r < sc->rows; r++) {
+        int p = sc->from + r;
+        const float *g = ck_golden_row(gc, V, p);
+        if (!g) continue;
+        qc_topk_tally_row(&res->t, lim, g, V, sc->ids + (size_t)r * (size_t)sc->k,
+                          sc->lps + (size_t)r * (size_t)sc->k, sc->k, p);
+        res->scored++;
+    }
+}
+
+static int score_one(ctx *c, qc_server *srv, qc_score *sc, tf_result *res, int pos) {
+    qc_err err;
+    qc_err_clear(&err);
+    if (qc_server_score(srv, sc, 1, &err) != QC_OK) {
+        snprintf(res->fail, sizeof res->fail, "%s", err.msg);
+        return -1;
+    }
+    (void)c;
+    res->requests++;
+    res->seconds += sc->seconds;
+    if (sc->fail[0]) {
+        snprintf(res->fail, sizeof res->fail, "request for position %d: %s", pos, sc->fail);
+        return -1;
+    }
+    return 0;
+}
+
+static void teacher_force(ctx *c, qc_server *srv, const qc_golden_case *gc,
+                          const qc_topk_limits *lim, tf_result *res) {
+    int V = c->cfg->vocab_size, n;
+    memset(res, 0, sizeof *res);
+    qc_topk_tally_init(&res->t);
+    int32_t *seq = ck_case_seq(gc, &n);
+    if (!seq) {
+        snprintf(res->fail, sizeof res->fail, "out of memory");
+        return;
+    }
+    int P = gc->start_pos;
+    res->total = n - P;
+    qc_score sc;
+    memset(&sc, 0, sizeof sc);
+    sc.seq = seq;
+    sc.n_gen = 1;
+    if (qc_server_prompt_logprobs(srv)) {
+        sc.n = n;
+        sc.from = P;
+        if (!score_one(c, srv, &sc, res, P)) tally_score(gc, V, lim, &sc, res);
+    } else {
+        int m = qc_server_max_positions(srv);
+        int cnt = (m > 0 && m < res->total) ? m : res->total;
+        int last = -1;
+        for (int i = 0; i < cnt; i++) {
+            /* evenly spread, first and last included, strictly increasing (the cache path) */
+            int p = P + (cnt > 1 ? (int)((long)i * (res->total - 1) / (cnt - 1)) : res->total - 1);
+            if (p <= last) continue;
+            last = p;
+            sc.n = p + 1;
+            sc.from = p;
+            if (score_one(c, srv, &sc, res, p)) break;
+            tally_score(gc, V, lim, &sc, res);
+        }
+    }
+    qc_score_clear(&sc);
+    free(seq);
+}
+
+static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_limits *lim,
+                           const tf_result *r) {
+    const char *be = c->o->ext.name;
+    char cost[160], w[96], kl[sizeof ((qc_check_row *)0)->keyline];
+    snprintf(cost, sizeof cost, "%d of %d positions, %d request%s, %.2f s", r->scored, r->total,
+             r->requests, r->requests == 1 ? "" : "s", r->seconds);
+    static const char *const names[4] = {"topk.argmax", "topk.logprob", "topk.top1_in_k",
+                                         "topk.overlap"};
+    if (r->fail[0]) {
+        for (int i = 0; i < 4; i++)
+            ck_emit_simple(c, gc->name, be, CK_SERVED, names[i], QC_VERDICT_FAIL,
+                           "the server's answer is not valid: see detail",
+                           qc_strdup_printf("%s\n%s", r->fail, cost));
+        return;
+    }
+    const qc_topk_tally *t = &r->t;
+    /* argmax */
+    if (t->flips) {
+        where(gc, t->flip_pos, w, sizeof w);
+        snprintf(kl, sizeof kl, "argmax differs at %ld of %ld positions, first at %s: golden %d, "
+                 "server %d (golden margin %.3g > tie %.3g); %s", t->flips, t->rows, w,
+                 (int)t->flip_exp, (int)t->flip_got, t->flip_margin, lim->tie, cost);
+    } else {
+        snprintf(kl, sizeof kl, "argmax agrees at %ld positions (%ld near-ties within %.3g); %s",
+                 t->rows, t->ties, lim->tie, cost);
+    }
+    ck_emit_simple(c, gc->name, be, CK_SERVED, names[0],
+                   t->flips ? QC_VERDICT_FAIL : QC_VERDICT_PASS, kl, NULL);
+    /* logprob */
+    where(gc, t->lp_pos < 0 ? gc->start_pos : t->lp_pos, w, sizeof w);
+    if (t->lp_bad)
+        snprintf(kl, sizeof kl, "|d logprob| over its limit at %ld of %ld entries; worst at %s, "
+                 "token %d: server %.6g, golden %.6g (|d| %.3g > %.3g)", t->lp_bad, t->lp_n, w,
+                 (int)t->lp_tok, t->lp_got, t->lp_exp, fabs(t->lp_got - t->lp_exp), t->lp_lim);
+    else
+        snprintf(kl, sizeof kl, "max |d logprob| %.3g over %ld entries (limit %.3g at the worst "
+                 "ratio, %s)", t->lp_max, t->lp_n, t->lp_lim, w);
+    ck_emit_simple(c, gc->name, be, CK_SERVED, names[1],
+                   t->lp_bad ? QC_VERDICT_FAIL : QC_VERDICT_PASS, kl, NULL);
+    /* top1 in k */
+    if (t->missing) {
+        where(gc, t->miss_pos, w, sizeof w);
+        snprintf(kl, sizeof kl, "the golden's top-1 is missing from the server's top-k at %ld "
+                 "positions, first at %s (token %d)", t->missing, w, (int)t->miss_tok);
+    } else {
+        snprintf(kl, sizeof kl, "the golden's top-1 is in the server's top-k at every position");
+    }
+    ck_emit_simple(c, gc->name, be, CK_SERVED, names[2],
+                   t->missing ? QC_VERDICT_FAIL : QC_VERDICT_PASS, kl, NULL);
+    /* overlap */
+    int bad = t->ov_min < lim->overlap_min - 1e-12;
+    where(gc, t->ov_pos < 0 ? gc->start_pos : t->ov_pos, w, sizeof w);
+    snprintf(kl, sizeof kl, "top-k overlap min %.3f (at %s), mean %.3f; limit %.3f (boundary "
+             "near-ties excused)", t->ov_min, w, t->rows ? t->ov_sum / (double)t->rows : 1.0,
+             lim->overlap_min);
+    ck_emit_simple(c, gc->name, be, CK_SERVED, names[3], bad ? QC_VERDICT_FAIL : QC_VERDICT_PASS,
+                   kl, NULL);
+}
+
+/* The golden top1 - top2 margin of the distribution at position p. */
+static double golden_margin(const float *g, int V) {
+    double a = -INFINITY, b = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        if (g[i] > a) { b = a; a = g[i]; }
+        else if (g[i] > b) b = g[i];
+    }
+    return a - b;
+}
+
+/* topk.greedy: the greedy continuation of history + prompt vs the golden's decode tokens. */
+static void check_greedy(ctx *c, qc_server *srv, const qc_golden_case *gc,
+                         const qc_topk_limits *lim) {
+    const char *be = c->o->ext.name;
+    if (gc->n_decode < 1) return;
+    int V = c->cfg->vocab_size, n;
+    int32_t *seq = ck_case_seq(gc, &n);
+    if (!seq) return;
+    qc_score sc;
+    memset(&sc, 0, sizeof sc);
+    sc.seq = seq;
+    sc.n = gc->start_pos + gc->n_tokens;
+    sc.from = sc.n - 1;
+    sc.n_gen = gc->n_decode;
+    qc_err err;
+    qc_err_clear(&err);
+    char kl[sizeof ((qc_check_row *)0)->keyline];
+    if (qc_server_score(srv, &sc, 1, &err) != QC_OK || sc.fail[0]) {
+        ck_emit_simple(c, gc->name, be, CK_SERVED, "topk.greedy", QC_VERDICT_FAIL,
+                       "the server's answer is not valid: see detail",
+                       qc_strdup_printf("%s", sc.fail[0] ? sc.fail : err.msg));
+        goto out;
+    }
+    int s = 0;
+    while (s < gc->n_decode && sc.gen[s] == gc->decode_tokens[s]) s++;
+    if (s == gc->n_decode) {
+        snprintf(kl, sizeof kl, "%d greedy tokens equal the golden's (1 request, %.2f s)",
+                 gc->n_decode, sc.seconds);
+        ck_emit_simple(c, gc->name, be, CK_SERVED, "topk.greedy", QC_VERDICT_PASS, kl, NULL);
+        goto out;
+    }
+    const float *g = ck_golden_row(gc, V, gc->start_pos + gc->n_tokens - 1 + s);
+    double m = g ? golden_margin(g, V) : INFINITY;
+    int tie = m <= lim->tie;
+    snprintf(kl, sizeof kl, "greedy token %d of %d: server %d, golden %d (golden margin %.3g %s "
+             "tie %.3g)%s", s, gc->n_decode, (int)sc.gen[s], (int)gc->decode_tokens[s], m,
+             tie ? "<=" : ">", lim->tie,
+             tie ? ": a near-tie, the rest is not compared" : "");
+    ck_emit_simple(c, gc->name, be, CK_SERVED, "topk.greedy",
+                   tie ? QC_VERDICT_PASS : QC_VERDICT_FAIL, kl, NULL);
+out:
+    qc_score_clear(&sc);
+    free(seq);
+}
+
+int ck_http_open(ctx *c) {
+    const qc_check_opts *o = c->o;
+    if (!(o->backends & QC_BACKEND_EXT) || o->ext.kind != QC_RT_HTTP || o->list) return 0;
+    qc_server_opts so;
+    qc_err err;
+    qc_err_clear(&err);
+    if (qc_server_parse(o->ext.target, &so, &err) != QC_OK ||
+        qc_server_open(&so, 1 << 30, &c->srv, &err) != QC_OK) {
+        fprintf(stderr, "qwen-conform: %s\n", err.msg);
+        return -1;
+    }
+    if (!o->quiet) fprintf(stderr, "qwen-conform: %s: %s\n", o->ext.name,
+                           qc_server_describe(c->srv));
+    return 0;
+}
+
+void ck_http_file(ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
+    qc_err err;
+    qc_server_set_vocab(srv, g->cfg.vocab_size);
+    for (int i = 0; i < g->n_cases; i++) {
+        if (!sel[i]) continue;
+        if (ck_stop_now(c)) break;
+        const qc_golden_case *gc = &g->cases[i];
+        qc_err_clear(&err);
+        c->t_row = ck_wall();
+        double t0 = c->t_row;
+        if (qc_golden_load_case(g, i, &err) != QC_OK) {
+            ck_emit_simple(c, gc->name, "-", "-", "load", QC_VERDICT_ERROR, err.msg, NULL);
+            continue;
+        }
+        qc_topk_limits lim;
+        ck_topk_limits(c, gc->name, &lim);
+        tf_result r;
+        teacher_force(c, srv, gc, &lim, &r);
+        emit_topk_rows(c, gc, &lim, &r);
+        check_greedy(c, srv, gc, &lim);
+        qc_golden_unload_case(g, i);
+        if (!c->o->quiet)
+            fprintf(stderr, "[%s] case %s done (%d requests, %.2f s)\n", c->stem, gc->name,
+                    r.requests, ck_wall() - t0);
+    }
+    if (!ck_stop_now(c)) ck_serving_battery(c, srv, g, sel);
+}
