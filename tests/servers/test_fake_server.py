@@ -499,10 +499,11 @@ PROMPTS = [golden_prompt(12, 0), golden_prompt(30, 40), golden_prompt(21, 90)]
 
 
 def solo_and_concurrent(srv):
-    """Each prompt alone, then all three at once; every request cold (its own cache salt)."""
-    solo = [complete(srv, p, logprobs=5, max_tokens=4, cache_salt=salt()) for p in PROMPTS]
-    conc = run_concurrently(lambda p: complete(srv, p, logprobs=5, max_tokens=4,
-                                               cache_salt=salt()), [(p,) for p in PROMPTS])
+    """Each prompt alone, then all three at once; every request cold (its own cache salt).
+    8 model calls of --step-delay-ms 15 each: a request lasts > 120 ms, the three overlap."""
+    solo = [complete(srv, p, logprobs=5, cache_salt=salt()) for p in PROMPTS]
+    conc = run_concurrently(lambda p: complete(srv, p, logprobs=5, cache_salt=salt()),
+                            [(p,) for p in PROMPTS])
     return solo, conc
 
 
@@ -621,7 +622,7 @@ def test_mutant_short_chunk_conv(servers):
 def test_mutant_slot_mix(servers):
     srv, good = servers["slot-mix"], servers["vllm"]
     solo, conc = solo_and_concurrent(srv)
-    ref = [complete(good, p, logprobs=5, max_tokens=4, cache_salt=salt()) for p in PROMPTS]
+    ref = [complete(good, p, logprobs=5, cache_salt=salt()) for p in PROMPTS]
     for a, b in zip(solo, ref):
         assert vllm_top_values(a) == vllm_top_values(b)            # solo: correct, bitwise
     worst = max(max_top_diff(a, b) for a, b in zip(solo, conc))
