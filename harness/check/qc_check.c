@@ -98,6 +98,7 @@ int qc_cmd_check(int argc, char **argv) {
                     "the goldens of this run (--golden %s)\n", x.rerun, o.golden);
         if (res.n > 0) qc_report_console_failures(stdout, &res);
         if (x.durations >= 0) qc_report_console_durations(stdout, &res, x.durations);
+        ckcli_verdict(&res, x.min_coverage); /* before the summary: it may raise the exit */
         if (res.n > 0 || rc != QC_EXIT_NOTHING) qc_report_console_summary(stdout, &res);
         rc = ckcli_write_reports(prog, &o, &res, qc_results_exit_code(&res));
     }

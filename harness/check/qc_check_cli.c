@@ -25,6 +25,7 @@
 #include "qc_report_console.h"
 #include "qc_report_json.h"
 #include "qc_report_junit.h"
+#include "qc_report_verdict.h"
 
 #include <cjson/cJSON.h>
 /* ===================================================================================== */
@@ -41,10 +42,17 @@ static const char check_usage[] =
     "                          docs/adapter-protocol.md (e.g. on adapters/python's helper)\n"
     "                        isolate:plugin:PATH.so[,k=v...]  a plugin in a child process\n"
     "                        llamacpp[,k=v...]  the shipped llama.cpp adapter (ci/llamacpp)\n"
+    "                        http:URL[,api=auto|openai|vllm|sglang|llama-server][,k=N]\n"
+    "                          [,model=ID][,timeout=S][,inflight=N][,key_env=VAR][,block=N]\n"
+    "                          [,chunk=N][,positions=N][,insecure=1]  a running server, checked\n"
+    "                          through top-k log-probabilities + the serving battery\n"
+    "                          (docs/servers.md; the API key only from $VAR)\n"
     "  --require CAPS        comma list (hidden, state_read, state_fill, threads, dn_kernel,\n"
     "                        chunk_size, snapshot, sequences, trim, dynamic): a runtime\n"
     "                        lacking one FAILS (default: the checks that need a missing\n"
     "                        capability are SKIPPED with the reason)\n"
+    "  --min-coverage PCT    exit 1 when a runtime under test ran less than PCT %% of the\n"
+    "                        checks its capabilities would allow (the verdict's coverage)\n"
     "  --adapter-timeout S   seconds an exec adapter may take per request (default 60)\n"
     "  --mode static|dynamic|nokv|all      prefill strategies, comma-separated (default all)\n"
     "  --policy F.json       tolerance policy (default: tolerances.json beside the goldens,\n"
@@ -181,8 +189,21 @@ static qc_status parse_fault(const char *v, qc_check_faults *f, qc_err *err) {
 }
 
 
+void ckcli_verdict(qc_results *res, int min_coverage) {
+    qc_verdicts v;
+    if (res->n == 0 || qc_verdicts_compute(res, &v)) return;
+    qc_report_verdict_console(stdout, &v);
+    if (min_coverage >= 0 && qc_verdicts_below(&v, min_coverage)) {
+        printf("--min-coverage %d: a runtime ran less than %d %% of its battery: exit 1\n",
+               min_coverage, min_coverage);
+        res->exit_code = qc_exit_precedence(qc_results_exit_code(res), QC_EXIT_FAIL);
+    }
+    qc_verdicts_free(&v);
+}
+
 void ckcli_check_cli_init(check_cli *x) {
     memset(x, 0, sizeof *x);
+    x->min_coverage = -1;
     x->durations = -1;
 }
 
@@ -329,6 +350,8 @@ int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o
             st = qc_argp_int(&a, 0, 1 << 30, &x->durations, &err);
         } else if (x && qc_argp_is(&a, "--rerun-failed")) {
             st = qc_argp_value(&a, &x->rerun, &err);
+        } else if (x && qc_argp_is(&a, "--min-coverage")) {
+            st = qc_argp_int(&a, 0, 100, &x->min_coverage, &err);
         } else if (x && qc_argp_is(&a, "--tier")) {
             st = qc_argp_value(&a, &x->tier, &err);
         } else if (x && (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol"))) {

@@ -26,6 +26,8 @@ typedef struct {
     } tol[MAX_TOL_FLAGS];       /* --atol / --rtol in command-line order (later wins) */
     int n_tol;
     const char *tier;           /* --tier NAME (qc_tier.h); NULL: the policy as loaded */
+    int min_coverage;           /* --min-coverage PCT: a runtime whose coverage is below FAILS
+                                   the run (exit 1); -1: no minimum */
 } check_cli;
 
 /* One combination; "*" in a field matches anything (a file-level row: case "_model" or
@@ -41,6 +43,9 @@ typedef struct {
     char tool_version[64];    /* of the report */
 } rerun_set;
 
+/* The verdict per runtime under test (console) and --min-coverage: a runtime below it makes
+ * the run a conformance failure (res->exit_code raised to 1, a line says why). */
+void ckcli_verdict(qc_results *res, int min_coverage);
 /* Defaults: no --durations, no --rerun-failed, no --atol / --rtol. */
 void ckcli_check_cli_init(check_cli *x);
 /* One --atol / --rtol CLASS=V into x (QC_ERR_ARG naming the flag). */

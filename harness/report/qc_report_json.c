@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "qc_outpath.h"
+#include "qc_report_verdict.h"
 
 /* A number, or its name as a string when non-finite. */
 static void add_num(cJSON *o, const char *key, double v) {
@@ -120,6 +121,35 @@ static cJSON *row_json(const qc_check_row *w) {
     return o;
 }
 
+/* "verdict": {backend: "PASS" | "PARTIAL" | "FAIL"}, "coverage": {backend: {ratio, run,
+ * skipped_for_capabilities, unlock: {capability: {checks, gives}}, require}} */
+static void add_verdicts(cJSON *root, const qc_results *r) {
+    qc_verdicts v;
+    if (qc_verdicts_compute(r, &v)) return;
+    cJSON *vj = cJSON_AddObjectToObject(root, "verdict");
+    cJSON *cj = cJSON_AddObjectToObject(root, "coverage");
+    for (int i = 0; vj && cj && i < v.n; i++) {
+        const qc_rt_verdict *x = &v.v[i];
+        cJSON_AddStringToObject(vj, x->backend, x->verdict);
+        cJSON *o = cJSON_AddObjectToObject(cj, x->backend);
+        if (!o) break;
+        add_num(o, "ratio", x->coverage);
+        cJSON_AddNumberToObject(o, "run", x->pass + x->fail + x->error);
+        cJSON_AddNumberToObject(o, "skipped_for_capabilities", x->cap_skip);
+        cJSON *u = cJSON_AddObjectToObject(o, "unlock");
+        char req[256] = "";
+        for (int c = 0; u && c < x->n_caps; c++) {
+            cJSON *e = cJSON_AddObjectToObject(u, x->caps[c].name);
+            cJSON_AddNumberToObject(e, "checks", x->caps[c].n);
+            cJSON_AddStringToObject(e, "gives", qc_capability_gives(x->caps[c].name));
+            size_t n = strlen(req);
+            snprintf(req + n, sizeof req - n, "%s%s", c ? "," : "--require ", x->caps[c].name);
+        }
+        cJSON_AddStringToObject(o, "require", req);
+    }
+    qc_verdicts_free(&v);
+}
+
 char *qc_report_json_string(const qc_results *r) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
@@ -142,6 +172,7 @@ char *qc_report_json_string(const qc_results *r) {
         cJSON_AddBoolToObject(s, "stopped_early", r->stopped_early != 0);
         if (r->stopped_early) cJSON_AddNumberToObject(s, "maxfail", r->maxfail);
     }
+    add_verdicts(root, r);
     cJSON *wa = cJSON_AddArrayToObject(root, "warnings");
     for (int i = 0; wa && i < r->n_warnings; i++)
         cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[i]));

@@ -1,5 +1,6 @@
 /* qc_report_junit.c — JUnit XML report. */
 #include "qc_report_junit.h"
+#include "qc_report_verdict.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -113,6 +114,8 @@ char *qc_report_junit_string(const qc_results *r) {
         free(b.s);
         return NULL;
     }
+    qc_verdicts vs; /* the verdict of each runtime, a property of every suite */
+    if (qc_verdicts_compute(r, &vs)) vs.n = 0;
     int suite_id = 0;
     for (int i = 0; i < r->n; i++) {
         if (done[i]) continue;
@@ -145,6 +148,12 @@ char *qc_report_junit_string(const qc_results *r) {
         sb_printf(&b, "\"/>\n      <property name=\"policy\" value=\"");
         sb_xml(&b, r->policy);
         sb_printf(&b, "\"/>\n");
+        for (int v = 0; v < vs.n; v++) {
+            sb_printf(&b, "      <property name=\"verdict:");
+            sb_xml(&b, vs.v[v].backend);
+            sb_printf(&b, "\" value=\"%s, coverage %.1f %%\"/>\n", vs.v[v].verdict,
+                      100.0 * vs.v[v].coverage);
+        }
         if (r->stopped_early)
             sb_printf(&b, "      <property name=\"stopped_early\" value=\"--maxfail %d reached; "
                           "the cases after it were not run\"/>\n", r->maxfail);
@@ -192,6 +201,7 @@ char *qc_report_junit_string(const qc_results *r) {
         sb_printf(&b, "  </testsuite>\n");
     }
     free(done);
+    qc_verdicts_free(&vs);
     if (r->n == 0 && r->n_warnings > 0) { /* no suite to carry them: one empty suite */
         sb_printf(&b, "  <testsuite id=\"0\" name=\"qwen-conform\" tests=\"0\" failures=\"0\" "
                       "errors=\"0\" skipped=\"0\" time=\"0.000\">\n");
