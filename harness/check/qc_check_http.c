@@ -1,5 +1,6 @@
 /* qc_check_http.c — the top-k checks of a server against the golden cases (qc_check_http.h). */
 #include "qc_check_http.h"
+#include "qc_tier_topk.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,7 +9,7 @@
 
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* key lines are cut at their buffers */
 
-void ck_topk_limits(const ctx *c, const char *case_name, qc_topk_limits *lim) {
+void ck_topk_limits(const ctx *c, const char *case_name, int k, qc_topk_lim *lim) {
     memset(lim, 0, sizeof *lim);
     char id[256];
     snprintf(id, sizeof id, "%s/%s", c->stem, case_name);
@@ -20,11 +21,18 @@ void ck_topk_limits(const ctx *c, const char *case_name, qc_topk_limits *lim) {
     lim->tie = qc_policy_tie_margin(c->pol);
     lim->overlap_min = 1.0;
     const qc_tier_gate *tg = qc_policy_tier(c->pol);
-    if (!tg) return;
-    if (tg->tie_delta > lim->tie) lim->tie = tg->tie_delta;
-    lim->overlap_min = tg->topk_min;
-    for (int i = 0; i < tg->n_stems; i++)
-        if (!strcmp(tg->stems[i].stem, c->stem)) lim->overlap_min = tg->stems[i].topk_min;
+    if (!tg) return; /* fp32: derived from the policy, per position (qc_topk.h) */
+    /* a tier: its measured top-k limits (docs/tolerance-tiers.md "Top-k limits"), this
+     * golden's own where it is a fixture */
+    const qc_topk_limit *tl = qc_topk_limit_find(tg->name, c->stem, k);
+    if (tl) {
+        lim->lp_fixed = tl->lp_max_abs;
+        if (tl->tie_delta > lim->tie) lim->tie = tl->tie_delta;
+        lim->overlap_min = tl->overlap_min;
+    } else {
+        if (tg->tie_delta > lim->tie) lim->tie = tg->tie_delta;
+        lim->overlap_min = tg->topk_min;
+    }
 }
 
 const float *ck_golden_row(const qc_golden_case *gc, int V, int p) {
@@ -66,7 +74,7 @@ typedef struct {
     char fail[900];      /* the first invalid answer, with its position ("" = none) */
 } tf_result;
 
-static void tally_score(const qc_golden_case *gc, int V, const qc_topk_limits *lim,
+static void tally_score(const qc_golden_case *gc, int V, const qc_topk_lim *lim,
                         const qc_score *sc, tf_result *res) {
     for (int r = 0; r < sc->rows; r++) {
         int p = sc->from + r;
@@ -96,7 +104,7 @@ static int score_one(ctx *c, qc_server *srv, qc_score *sc, tf_result *res, int p
 }
 
 static void teacher_force(ctx *c, qc_server *srv, const qc_golden_case *gc,
-                          const qc_topk_limits *lim, tf_result *res) {
+                          const qc_topk_lim *lim, tf_result *res) {
     int V = c->cfg->vocab_size, n;
     memset(res, 0, sizeof *res);
     qc_topk_tally_init(&res->t);
@@ -134,7 +142,7 @@ static void teacher_force(ctx *c, qc_server *srv, const qc_golden_case *gc,
     free(seq);
 }
 
-static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_limits *lim,
+static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *lim,
                            const tf_result *r) {
     const char *be = c->o->ext.name;
     char cost[160], w[96], kl[sizeof ((qc_check_row *)0)->keyline];
@@ -205,7 +213,7 @@ static double golden_margin(const float *g, int V) {
 
 /* topk.greedy: the greedy continuation of history + prompt vs the golden's decode tokens. */
 static void check_greedy(ctx *c, qc_server *srv, const qc_golden_case *gc,
-                         const qc_topk_limits *lim) {
+                         const qc_topk_lim *lim) {
     const char *be = c->o->ext.name;
     if (gc->n_decode < 1) return;
     int V = c->cfg->vocab_size, n;
@@ -278,8 +286,8 @@ void ck_http_file(ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
             ck_emit_simple(c, gc->name, "-", "-", "load", QC_VERDICT_ERROR, err.msg, NULL);
             continue;
         }
-        qc_topk_limits lim;
-        ck_topk_limits(c, gc->name, &lim);
+        qc_topk_lim lim;
+        ck_topk_limits(c, gc->name, qc_server_k(srv), &lim);
         tf_result r;
         teacher_force(c, srv, gc, &lim, &r);
         emit_topk_rows(c, gc, &lim, &r);

@@ -28,9 +28,10 @@ int ck_http_open(ctx *c);
 /* The cases of one golden file g (sel[i]: case i selected) against the server. */
 void ck_http_file(ctx *c, qc_server *srv, qc_golden *g, const int *sel);
 
-/* The limits of a top-k comparison of case `case_name` (the policy's logits tolerance, the
- * tier in force). */
-void ck_topk_limits(const ctx *c, const char *case_name, qc_topk_limits *lim);
+/* The limits of a top-k comparison of case `case_name` at top-k: without a tier the policy's
+ * logits tolerance (|d lp| <= 2 (atol + rtol max|g|)) and tie margin, overlap 1; with a tier
+ * its measured top-k limits (qc_tier_topk.h; the golden's own when it is a fixture). */
+void ck_topk_limits(const ctx *c, const char *case_name, int k, qc_topk_lim *lim);
 /* The golden logits row of absolute position p of gc (NULL when p has none). */
 const float *ck_golden_row(const qc_golden_case *gc, int V, int p);
 /* The token sequence history + prompt + decode of gc (malloc'd; *n its length). */

@@ -99,16 +99,17 @@ static int pick_case(qc_golden *g, const int *sel, int max_t, int exclude) {
 }
 
 /* The |d lp| limit and tie of a case at its last prompt position. */
-static double case_limit(ctx *c, const qc_golden_case *gc, qc_topk_limits *lim) {
-    ck_topk_limits(c, gc->name, lim);
+static double case_limit(ctx *c, qc_server *srv, const qc_golden_case *gc,
+                         qc_topk_lim *lim) {
+    ck_topk_limits(c, gc->name, qc_server_k(srv), lim);
     const float *g = ck_golden_row(gc, c->cfg->vocab_size, gc->start_pos + gc->n_tokens - 1);
     return g ? qc_topk_lp_limit(lim, g, c->cfg->vocab_size) : 2 * lim->lp_atol;
 }
 
 static void repeat_determinism(ctx *c, qc_server *srv, const qc_golden_case *gc) {
     const char *be = c->o->ext.name;
-    qc_topk_limits lim;
-    double ll = case_limit(c, gc, &lim);
+    qc_topk_lim lim;
+    double ll = case_limit(c, srv, gc, &lim);
     qc_score sc[3];
     char why[900] = "", kl[KL_LEN];
     for (int i = 0; i < 3; i++) req_init(&sc[i], gc->tokens, gc->n_tokens, N_GEN, 0);
@@ -148,8 +149,8 @@ static void repeat_determinism(ctx *c, qc_server *srv, const qc_golden_case *gc)
 static void concurrent_isolation(ctx *c, qc_server *srv, const qc_golden_case *ga,
                                  const qc_golden_case *gb) {
     const char *be = c->o->ext.name;
-    qc_topk_limits lim;
-    double ll = case_limit(c, ga, &lim);
+    qc_topk_lim lim;
+    double ll = case_limit(c, srv, ga, &lim);
     int na = ga->n_tokens, nb = gb->n_tokens, pa = (2 * na + 2) / 3, nc = pa + nb;
     int32_t *cseq = malloc((size_t)nc * sizeof *cseq);
     if (!cseq) return;
@@ -221,7 +222,7 @@ static int prefix_lengths(int block, int chunk, int max_p, int *out, int cap) {
 /* One (P, Q): P warm, then P+Q (the cache hit) against the golden and against a cold P+Q.
  * Returns 1 when it passes; fills what on failure; *hit: cached tokens of P+Q (-1: unknown). */
 static int prefix_pair(ctx *c, qc_server *srv, const qc_golden_case *gc, int P, int Q,
-                       const qc_topk_limits *lim, double ll, long *hit, char *what, size_t wn) {
+                       const qc_topk_lim *lim, double ll, long *hit, char *what, size_t wn) {
     qc_score sc[3];
     req_init(&sc[0], gc->tokens, P, 1, 0);
     req_init(&sc[1], gc->tokens, P + Q, N_GEN, 0);
@@ -263,8 +264,8 @@ out:
 
 static void prefix_cache(ctx *c, qc_server *srv, const qc_golden_case *gc) {
     const char *be = c->o->ext.name;
-    qc_topk_limits lim;
-    double ll = case_limit(c, gc, &lim);
+    qc_topk_lim lim;
+    double ll = case_limit(c, srv, gc, &lim);
     int ps[12];
     int np = prefix_lengths(qc_server_block(srv), qc_server_chunk(srv), gc->n_tokens - 3, ps, 12);
     char kl[KL_LEN], what[900] = "";
@@ -319,8 +320,8 @@ static void long_prompt_chunks(ctx *c, qc_server *srv, const qc_golden_case *gc)
     int len;
     int32_t *seq = ck_case_seq(gc, &len);
     if (!seq) return;
-    qc_topk_limits lim;
-    ck_topk_limits(c, gc->name, &lim);
+    qc_topk_lim lim;
+    ck_topk_limits(c, gc->name, qc_server_k(srv), &lim);
     qc_score sc;
     req_init(&sc, seq, n, 1, 1);
     if (run(srv, &sc, 1, 1, why, sizeof why)) {

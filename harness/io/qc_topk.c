@@ -10,7 +10,7 @@ void qc_topk_tally_init(qc_topk_tally *t) {
     t->ov_min = 1.0;
 }
 
-double qc_topk_lp_limit(const qc_topk_limits *lim, const float *g, int V) {
+double qc_topk_lp_limit(const qc_topk_lim *lim, const float *g, int V) {
     if (lim->lp_fixed > 0) return lim->lp_fixed;
     double gmax = 0;
     for (int i = 0; i < V; i++)
@@ -48,7 +48,7 @@ static double kth_largest(const float *g, int V, int k) {
     return v;
 }
 
-void qc_topk_tally_row(qc_topk_tally *t, const qc_topk_limits *lim, const float *g, int V,
+void qc_topk_tally_row(qc_topk_tally *t, const qc_topk_lim *lim, const float *g, int V,
                        const int32_t *ids, const float *lps, int k, int pos) {
     int am;
     double lse = golden_lse(g, V, &am);

@@ -24,7 +24,7 @@ typedef struct {
     double lp_rtol;
     double lp_fixed;     /* > 0: a fixed |d lp| limit instead (a tier's measured top-k limit) */
     double overlap_min;  /* each position's overlap must be >= this (1: every entry) */
-} qc_topk_limits;
+} qc_topk_lim;
 
 typedef struct {
     long rows;                 /* positions tallied */
@@ -51,10 +51,10 @@ typedef struct {
 
 void qc_topk_tally_init(qc_topk_tally *t);
 /* One position: golden logits g[V], the runtime's ids/lps[k] (descending), pos for messages. */
-void qc_topk_tally_row(qc_topk_tally *t, const qc_topk_limits *lim, const float *g, int V,
+void qc_topk_tally_row(qc_topk_tally *t, const qc_topk_lim *lim, const float *g, int V,
                        const int32_t *ids, const float *lps, int k, int pos);
 /* The |d lp| limit of one position (lp_fixed, or 2 (atol + rtol max|g|)). */
-double qc_topk_lp_limit(const qc_topk_limits *lim, const float *g, int V);
+double qc_topk_lp_limit(const qc_topk_lim *lim, const float *g, int V);
 
 /* Two top-k answers for the same position (a runtime against itself: repeated, concurrent,
  * cached vs cold). *bitwise: identical ids and log-probabilities. Returns 1 when they agree
