@@ -62,6 +62,9 @@ typedef struct {
     qc_check_faults faults;   /* test-only */
     const char *model_dir;    /* --model DIR: the model every golden is checked against (NULL:
                                  each golden's model_path) */
+    int topk;                 /* --topk K: see every runtime through its top-k log-probabilities
+                                 only (the topk.* rows instead of the checks against the golden's
+                                 tensors; 0: off) */
     int maxfail;              /* --maxfail N / -x: stop once N rows FAILED or ERRORED (0: never);
                                  the run in progress finishes with all its checks */
     int stopped;              /* set by the engine when it stopped with work left (--maxfail) */

@@ -51,6 +51,9 @@ static const char check_usage[] =
     "                        chunk_size, snapshot, sequences, trim, dynamic): a runtime\n"
     "                        lacking one FAILS (default: the checks that need a missing\n"
     "                        capability are SKIPPED with the reason)\n"
+    "  --topk K              see each runtime through its top-k log-probabilities only\n"
+    "                        (the rows a server gets: topk.argmax / logprob / top1_in_k /\n"
+    "                        overlap) instead of the checks against the golden's tensors\n"
     "  --min-coverage PCT    exit 1 when a runtime under test ran less than PCT %% of the\n"
     "                        checks its capabilities would allow (the verdict's coverage)\n"
     "  --adapter-timeout S   seconds an exec adapter may take per request (default 60)\n"
@@ -350,6 +353,8 @@ int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o
             st = qc_argp_int(&a, 0, 1 << 30, &x->durations, &err);
         } else if (x && qc_argp_is(&a, "--rerun-failed")) {
             st = qc_argp_value(&a, &x->rerun, &err);
+        } else if (!runs && qc_argp_is(&a, "--topk")) {
+            st = qc_argp_int(&a, 1, 100, &o->topk, &err);
         } else if (x && qc_argp_is(&a, "--min-coverage")) {
             st = qc_argp_int(&a, 0, 100, &x->min_coverage, &err);
         } else if (x && qc_argp_is(&a, "--tier")) {

@@ -5,6 +5,7 @@
 
 #include "qc_check_internal.h"
 
+#include "qc_remote.h"
 #include "qc_report_console.h"
 
 #include <math.h>
@@ -385,3 +386,17 @@ void ck_hcap_cb(void *user, int index, const char *name, int start_pos, int n_to
     }
 }
 
+/* The verdict of a run that could not be made: a runtime under test that fails is a FAIL of
+ * that runtime, a capability it lacks a SKIP, anything else an ERROR of ours. */
+qc_verdict ck_failed_run_verdict(qc_status s) {
+    return s == QC_ERR_RUNTIME ? QC_VERDICT_FAIL
+           : s == QC_ERR_UNSUPPORTED ? QC_VERDICT_SKIP : QC_VERDICT_ERROR;
+}
+
+/* "capability 'x' not announced by <backend>" */
+void ck_emit_cap_skip(ctx *c, const char *case_name, const char *bname, const char *mode,
+                          const char *check, unsigned cap) {
+    char k[400];
+    snprintf(k, sizeof k, "capability '%s' not announced by %s", qc_cap_name(cap), bname);
+    ck_emit_simple(c, case_name, bname, mode, check, QC_VERDICT_SKIP, k, NULL);
+}

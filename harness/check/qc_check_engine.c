@@ -33,7 +33,6 @@
 /* running one case                                                                      */
 /* ===================================================================================== */
 
-
 /* Profile for a case in a mode (context large enough for history + prompt + decode). */
 void ck_case_profile(const qc_golden_case *gc, qc_mode mode, int extra, qc_profile *p) {
     int msl = gc->max_seq_len > 0 ? gc->max_seq_len : 128;
@@ -72,21 +71,6 @@ static qc_status run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
     be->opts.trace = sf;
     be->opts.trace_user = su;
     return s;
-}
-
-/* The verdict of a run that could not be made: a runtime under test that fails is a FAIL of
- * that runtime, a capability it lacks a SKIP, anything else an ERROR of ours. */
-qc_verdict ck_failed_run_verdict(qc_status s) {
-    return s == QC_ERR_RUNTIME ? QC_VERDICT_FAIL
-           : s == QC_ERR_UNSUPPORTED ? QC_VERDICT_SKIP : QC_VERDICT_ERROR;
-}
-
-/* "capability 'x' not announced by <backend>" */
-void ck_emit_cap_skip(ctx *c, const char *case_name, const char *bname, const char *mode,
-                          const char *check, unsigned cap) {
-    char k[400];
-    snprintf(k, sizeof k, "capability '%s' not announced by %s", qc_cap_name(cap), bname);
-    ck_emit_simple(c, case_name, bname, mode, check, QC_VERDICT_SKIP, k, NULL);
 }
 
 /* ===================================================================================== */
@@ -233,9 +217,9 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     qc_err err;
     qc_err_clear(&err);
     hcap hc = {0};
-    int want_hidden = gc->prefill_hidden != NULL && (be->caps & QC_BE_CAP_HIDDEN);
+    int want_hidden = gc->prefill_hidden != NULL && (be->caps & QC_BE_CAP_HIDDEN) && !c->o->topk;
     ck_moecap mc; /* MoE: moe_in / router_topk traces (qc_check_router.c) */
-    int want_moe = qc_cfg_is_moe(cfg) && (be->caps & QC_BE_CAP_HIDDEN) &&
+    int want_moe = qc_cfg_is_moe(cfg) && (be->caps & QC_BE_CAP_HIDDEN) && !c->o->topk &&
                    ck_moecap_init(&mc, cfg, gc) == QC_OK;
     if (want_moe) hc.moe = &mc;
     if (want_hidden) {
@@ -259,6 +243,10 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
         return;
     }
     cr->have[bi][mode] = 1;
+    if (c->o->topk > 0) { /* --topk K: the runtime seen through its top-k only (no capture) */
+        ck_topk_view_rows(c, gc, act, bname, mname, c->o->topk);
+        return;
+    }
     char loc[4096] = "";
     cmp_spec base = {.case_name = gc->name, .backend = bname, .mode = mname,
                      .vs_golden = 1, .dump_file = c->dump_path[bi][mode]};
@@ -398,6 +386,7 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
                 else
                     check_mode(c, bs, bi, gc, (qc_mode)mi, cr);
             }
+        if (c->o->topk) continue; /* --topk: nothing but the top-k rows */
         /* static == dynamic */
         if (cr->have[bi][QC_MODE_STATIC] && cr->have[bi][QC_MODE_DYNAMIC])
             compare_runs(c, gc, &cr->act[bi][QC_MODE_DYNAMIC], &cr->act[bi][QC_MODE_STATIC],
@@ -408,7 +397,7 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
         ck_check_lifecycle(c, be, bname, gc, cr->have[bi]); /* snapshot, rollback, sequences */
     }
     /* optimized == reference */
-    for (int mi = 0; mi < N_MODES; mi++)
+    for (int mi = 0; mi < N_MODES && !c->o->topk; mi++)
         if (cr->have[QC_CK_REF][mi] && cr->have[QC_CK_OPT][mi])
             compare_runs(c, gc, &cr->act[QC_CK_OPT][mi], &cr->act[QC_CK_REF][mi],
                          c->slot_name[QC_CK_OPT], qc_mode_str((qc_mode)mi), "opt_eq_ref", 0, 0,

@@ -143,8 +143,7 @@ static void teacher_force(ctx *c, qc_server *srv, const qc_golden_case *gc,
 }
 
 static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *lim,
-                           const tf_result *r) {
-    const char *be = c->o->ext.name;
+                           const tf_result *r, const char *be, const char *mode) {
     char cost[160], w[96], kl[sizeof ((qc_check_row *)0)->keyline];
     snprintf(cost, sizeof cost, "%d of %d positions, %d request%s, %.2f s", r->scored, r->total,
              r->requests, r->requests == 1 ? "" : "s", r->seconds);
@@ -152,7 +151,7 @@ static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *
                                          "topk.overlap"};
     if (r->fail[0]) {
         for (int i = 0; i < 4; i++)
-            ck_emit_simple(c, gc->name, be, CK_SERVED, names[i], QC_VERDICT_FAIL,
+            ck_emit_simple(c, gc->name, be, mode, names[i], QC_VERDICT_FAIL,
                            "the server's answer is not valid: see detail",
                            qc_strdup_printf("%s\n%s", r->fail, cost));
         return;
@@ -168,7 +167,7 @@ static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *
         snprintf(kl, sizeof kl, "argmax agrees at %ld positions (%ld near-ties within %.3g); %s",
                  t->rows, t->ties, lim->tie, cost);
     }
-    ck_emit_simple(c, gc->name, be, CK_SERVED, names[0],
+    ck_emit_simple(c, gc->name, be, mode, names[0],
                    t->flips ? QC_VERDICT_FAIL : QC_VERDICT_PASS, kl, NULL);
     /* logprob */
     where(gc, t->lp_pos < 0 ? gc->start_pos : t->lp_pos, w, sizeof w);
@@ -179,7 +178,7 @@ static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *
     else
         snprintf(kl, sizeof kl, "max |d logprob| %.3g over %ld entries (limit %.3g at the worst "
                  "ratio, %s)", t->lp_max, t->lp_n, t->lp_lim, w);
-    ck_emit_simple(c, gc->name, be, CK_SERVED, names[1],
+    ck_emit_simple(c, gc->name, be, mode, names[1],
                    t->lp_bad ? QC_VERDICT_FAIL : QC_VERDICT_PASS, kl, NULL);
     /* top1 in k */
     if (t->missing) {
@@ -189,7 +188,7 @@ static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *
     } else {
         snprintf(kl, sizeof kl, "the golden's top-1 is in the server's top-k at every position");
     }
-    ck_emit_simple(c, gc->name, be, CK_SERVED, names[2],
+    ck_emit_simple(c, gc->name, be, mode, names[2],
                    t->missing ? QC_VERDICT_FAIL : QC_VERDICT_PASS, kl, NULL);
     /* overlap */
     int bad = t->ov_min < lim->overlap_min - 1e-12;
@@ -197,7 +196,7 @@ static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *
     snprintf(kl, sizeof kl, "top-k overlap min %.3f (at %s), mean %.3f; limit %.3f (boundary "
              "near-ties excused)", t->ov_min, w, t->rows ? t->ov_sum / (double)t->rows : 1.0,
              lim->overlap_min);
-    ck_emit_simple(c, gc->name, be, CK_SERVED, names[3], bad ? QC_VERDICT_FAIL : QC_VERDICT_PASS,
+    ck_emit_simple(c, gc->name, be, mode, names[3], bad ? QC_VERDICT_FAIL : QC_VERDICT_PASS,
                    kl, NULL);
 }
 
@@ -290,7 +289,7 @@ void ck_http_file(ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
         ck_topk_limits(c, gc->name, qc_server_k(srv), &lim);
         tf_result r;
         teacher_force(c, srv, gc, &lim, &r);
-        emit_topk_rows(c, gc, &lim, &r);
+        emit_topk_rows(c, gc, &lim, &r, c->o->ext.name, CK_SERVED);
         check_greedy(c, srv, gc, &lim);
         qc_golden_unload_case(g, i);
         if (!c->o->quiet)
@@ -298,4 +297,51 @@ void ck_http_file(ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
                     r.requests, ck_wall() - t0);
     }
     if (!ck_stop_now(c)) ck_serving_battery(c, srv, g, sel);
+}
+
+/* The top-k of one logits row: ids / lps [k] descending (log-softmax in double). */
+static void row_topk(const float *z, int V, int k, int32_t *ids, float *lps) {
+    int am = 0;
+    for (int i = 1; i < V; i++)
+        if (z[i] > z[am]) am = i;
+    double s = 0;
+    for (int i = 0; i < V; i++) s += exp((double)z[i] - (double)z[am]);
+    double lse = (double)z[am] + log(s);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= ids[q] == i;
+            if (!taken && (best < 0 || z[i] > z[best])) best = i;
+        }
+        ids[j] = best;
+        lps[j] = (float)((double)z[best] - lse);
+    }
+}
+
+void ck_topk_view_rows(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+                       const char *bname, const char *mname, int k) {
+    int V = c->cfg->vocab_size;
+    if (k > V) k = V;
+    qc_topk_lim lim;
+    ck_topk_limits(c, gc->name, k, &lim);
+    tf_result r;
+    memset(&r, 0, sizeof r);
+    qc_topk_tally_init(&r.t);
+    int32_t ids[100];
+    float lps[100];
+    int rows = gc->n_tokens + (act->decode_logits ? gc->n_decode : 0);
+    r.total = gc->n_tokens + gc->n_decode;
+    for (int i = 0; i < rows; i++) {
+        const float *z = i < gc->n_tokens
+                             ? act->prefill_logits + (size_t)i * (size_t)V
+                             : act->decode_logits + (size_t)(i - gc->n_tokens) * (size_t)V;
+        int p = gc->start_pos + i;
+        const float *g = ck_golden_row(gc, V, p);
+        if (!z || !g) continue;
+        row_topk(z, V, k, ids, lps);
+        qc_topk_tally_row(&r.t, &lim, g, V, ids, lps, k, p);
+        r.scored++;
+    }
+    emit_topk_rows(c, gc, &lim, &r, bname, mname);
 }

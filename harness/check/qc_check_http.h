@@ -37,6 +37,10 @@ const float *ck_golden_row(const qc_golden_case *gc, int V, int p);
 /* The token sequence history + prompt + decode of gc (malloc'd; *n its length). */
 int32_t *ck_case_seq(const qc_golden_case *gc, int *n);
 
+/* --topk K: the topk.* rows of a run act of any runtime (its logits seen as top-k only). */
+void ck_topk_view_rows(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+                       const char *bname, const char *mname, int k);
+
 /* ---- qc_check_serving.c ---- */
 void ck_serving_battery(ctx *c, qc_server *srv, qc_golden *g, const int *sel);
 
