@@ -224,6 +224,7 @@ static void check_greedy(ctx *c, qc_server *srv, const qc_golden_case *gc,
     sc.n = gc->start_pos + gc->n_tokens;
     sc.from = sc.n - 1;
     sc.n_gen = gc->n_decode;
+    sc.ids_only = 1;
     qc_err err;
     qc_err_clear(&err);
     char kl[sizeof ((qc_check_row *)0)->keyline];
@@ -234,10 +235,15 @@ static void check_greedy(ctx *c, qc_server *srv, const qc_golden_case *gc,
         goto out;
     }
     int s = 0;
-    while (s < gc->n_decode && sc.gen[s] == gc->decode_tokens[s]) s++;
-    if (s == gc->n_decode) {
-        snprintf(kl, sizeof kl, "%d greedy tokens equal the golden's (1 request, %.2f s)",
-                 gc->n_decode, sc.seconds);
+    while (s < sc.n_gen_got && sc.gen[s] == gc->decode_tokens[s]) s++;
+    if (s == sc.n_gen_got) {
+        if (s == gc->n_decode)
+            snprintf(kl, sizeof kl, "%d greedy tokens equal the golden's (1 request, %.2f s)",
+                     gc->n_decode, sc.seconds);
+        else
+            snprintf(kl, sizeof kl, "the server stopped after %d of %d greedy tokens (its "
+                     "end-of-sequence token %d); those equal the golden's (1 request, %.2f s)",
+                     s, gc->n_decode, s > 0 ? (int)sc.gen[s - 1] : -1, sc.seconds);
         ck_emit_simple(c, gc->name, be, CK_SERVED, "topk.greedy", QC_VERDICT_PASS, kl, NULL);
         goto out;
     }

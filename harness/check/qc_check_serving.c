@@ -106,13 +106,13 @@ static double case_limit(ctx *c, qc_server *srv, const qc_golden_case *gc,
     return g ? qc_topk_lp_limit(lim, g, c->cfg->vocab_size) : 2 * lim->lp_atol;
 }
 
-static void repeat_determinism(ctx *c, qc_server *srv, const qc_golden_case *gc) {
+static void repeat_determinism(ctx *c, qc_server *srv, const qc_golden_case *gc, int n) {
     const char *be = c->o->ext.name;
     qc_topk_lim lim;
     double ll = case_limit(c, srv, gc, &lim);
     qc_score sc[3];
     char why[900] = "", kl[KL_LEN];
-    for (int i = 0; i < 3; i++) req_init(&sc[i], gc->tokens, gc->n_tokens, N_GEN, 0);
+    for (int i = 0; i < 3; i++) req_init(&sc[i], gc->tokens, n, N_GEN, 0);
     if (run(srv, sc, 3, 1, why, sizeof why)) {
         ck_emit_simple(c, "_serving", be, CK_SERVED, "repeat_determinism", QC_VERDICT_FAIL,
                        "the server's answer is not valid: see detail", qc_strdup_printf("%s", why));
@@ -130,14 +130,14 @@ static void repeat_determinism(ctx *c, qc_server *srv, const qc_golden_case *gc)
             if (d > maxd) maxd = d;
         }
         if (ok)
-            snprintf(kl, sizeof kl, "case %s (%d tokens) x 3: %s", gc->name, gc->n_tokens,
+            snprintf(kl, sizeof kl, "case %s (%d tokens) x 3: %s", gc->name, n,
                      bit ? "bitwise identical" : "");
         if (ok && !bit)
             snprintf(kl, sizeof kl, "case %s (%d tokens) x 3: identical within the tier (max "
-                     "|d logprob| %.3g <= %.3g), not bitwise", gc->name, gc->n_tokens, maxd, ll);
+                     "|d logprob| %.3g <= %.3g), not bitwise", gc->name, n, maxd, ll);
         if (!ok)
             snprintf(kl, sizeof kl, "case %s (%d tokens) x 3 differ beyond the tier (%.3g): %s",
-                     gc->name, gc->n_tokens, ll, why);
+                     gc->name, n, ll, why);
         ck_emit_simple(c, "_serving", be, CK_SERVED, "repeat_determinism",
                        ok ? QC_VERDICT_PASS : QC_VERDICT_FAIL, kl, NULL);
     }
@@ -146,12 +146,12 @@ static void repeat_determinism(ctx *c, qc_server *srv, const qc_golden_case *gc)
 
 /* A (case a), B (case b), C (the first 2/3 of A then B's tokens: shares A's prefix), and three
  * copies of A, all in flight at once, each against its solo answer. */
-static void concurrent_isolation(ctx *c, qc_server *srv, const qc_golden_case *ga,
-                                 const qc_golden_case *gb) {
+static void concurrent_isolation(ctx *c, qc_server *srv, const qc_golden_case *ga, int na,
+                                 const qc_golden_case *gb, int nb) {
     const char *be = c->o->ext.name;
     qc_topk_lim lim;
     double ll = case_limit(c, srv, ga, &lim);
-    int na = ga->n_tokens, nb = gb->n_tokens, pa = (2 * na + 2) / 3, nc = pa + nb;
+    int pa = (2 * na + 2) / 3, nc = pa + nb;
     int32_t *cseq = malloc((size_t)nc * sizeof *cseq);
     if (!cseq) return;
     memcpy(cseq, ga->tokens, (size_t)pa * sizeof *cseq);
@@ -347,8 +347,13 @@ static void long_prompt_chunks(ctx *c, qc_server *srv, const qc_golden_case *gc)
 
 void ck_serving_battery(ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
     qc_err err;
+    /* A: the longest case of at most 300 tokens from position 0, else the first 300 tokens of a
+     * longer one; B: a shorter case, else A's first half (a different length) */
     int a = pick_case(g, sel, 300, -1);
-    int b = a >= 0 ? pick_case(g, sel, g->cases[a].n_tokens - 1, a) : -1;
+    if (a < 0) a = pick_case(g, sel, 1 << 30, -1);
+    int na = a >= 0 ? (g->cases[a].n_tokens < 300 ? g->cases[a].n_tokens : 300) : 0;
+    int b = a >= 0 ? pick_case(g, sel, na - 1, a) : -1;
+    int nb = b >= 0 ? g->cases[b].n_tokens : na / 2;
     int longest = -1;
     for (int i = 0; i < g->n_cases; i++)
         if (sel[i] && (longest < 0 || g->cases[i].start_pos + g->cases[i].n_tokens >
@@ -365,19 +370,20 @@ void ck_serving_battery(ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
     c->t_row = ck_wall();
     const char *be = c->o->ext.name;
     if (a < 0) {
-        const char *why = "no selected case starts at position 0 with at most 300 tokens";
+        const char *why = "no selected case starts at position 0";
         ck_emit_simple(c, "_serving", be, CK_SERVED, "repeat_determinism", QC_VERDICT_SKIP, why,
                        NULL);
         ck_emit_simple(c, "_serving", be, CK_SERVED, "prefix_cache", QC_VERDICT_SKIP, why, NULL);
     } else {
-        repeat_determinism(c, srv, &g->cases[a]);
+        repeat_determinism(c, srv, &g->cases[a], na);
         prefix_cache(c, srv, &g->cases[a]);
     }
-    if (a < 0 || b < 0)
+    if (a < 0 || nb < 1)
         ck_emit_simple(c, "_serving", be, CK_SERVED, "concurrent_isolation", QC_VERDICT_SKIP,
-                       "needs two selected cases that start at position 0", NULL);
+                       "needs a selected case of at least 2 tokens that starts at position 0",
+                       NULL);
     else
-        concurrent_isolation(c, srv, &g->cases[a], &g->cases[b]);
+        concurrent_isolation(c, srv, &g->cases[a], na, &g->cases[b >= 0 ? b : a], nb);
     if (longest >= 0) long_prompt_chunks(c, srv, &g->cases[longest]);
     for (int i = 0; i < 3; i++)
         if (need[i] >= 0) qc_golden_unload_case(g, need[i]);

@@ -126,6 +126,28 @@ static int json_int(const cJSON *o, const char *key) {
                                                                             : 0;
 }
 
+/* llama-server: the id of "!" (POST /tokenize), a token whose text is whole UTF-8, as the
+ * anchor of scoring requests (qc_server_internal.h); -1 when the server cannot tell. */
+static void find_anchor(qc_server *s) {
+    s->anchor = -1;
+    qc_http_req r;
+    memset(&r, 0, sizeof r);
+    r.method = "POST";
+    snprintf(r.path, sizeof r.path, "/tokenize");
+    r.body = "{\"content\":\"!\"}";
+    qc_err e;
+    if (qc_http_perform(s->http, &r, 1, &e) == QC_OK && !r.err[0] && r.status == 200 && r.resp) {
+        cJSON *j = cJSON_ParseWithLength(r.resp, r.resp_len);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+        const cJSON *t0 = cJSON_GetArrayItem(t, 0);
+        if (cJSON_GetArraySize(t) == 1 && cJSON_IsNumber(t0) && t0->valuedouble >= 0 &&
+            t0->valuedouble < 1e9)
+            s->anchor = (int)t0->valuedouble;
+        cJSON_Delete(j);
+    }
+    qc_http_req_clear(&r);
+}
+
 /* The dialect (when auto), the model id, and what the server tells of its block / chunk. */
 static qc_status detect(qc_server *s, qc_err *err) {
     long st = 0;
@@ -181,10 +203,14 @@ static qc_status detect(qc_server *s, qc_err *err) {
                        ": name the dialect with api=", url, why[0] ? ": " : "", why);
     }
     s->api = api;
+    if (api == QC_API_LLAMA) find_anchor(s);
     if (!s->o.block) s->o.block = api == QC_API_SGLANG ? 1 : 16;
     if (!s->o.chunk) s->o.chunk = 512;
-    snprintf(s->describe, sizeof s->describe, "%s (%s)%s%s%s; top-%d", qc_api_name(api), how,
-             s->o.model[0] ? "; model " : "", s->o.model, "", s->o.k);
+    char anchor[64] = "";
+    if (api == QC_API_LLAMA && s->anchor >= 0)
+        snprintf(anchor, sizeof anchor, "; scoring requests sample token %d", s->anchor);
+    snprintf(s->describe, sizeof s->describe, "%s (%s)%s%.200s; top-%d%s", qc_api_name(api),
+             how, s->o.model[0] ? "; model " : "", s->o.model, s->o.k, anchor);
     return QC_OK;
 }
 

@@ -92,8 +92,12 @@ typedef struct {
     int cold;            /* 1: bypass the prefix cache */
     int prompt_logprobs; /* vllm: 1 to ask prompt_logprobs even when from == n-1 (0: never
                             when from == n-1, so the request may read the prefix cache) */
+    int ids_only;        /* 1: the generated ids are what is wanted (a free greedy run): the
+                            generated positions' top-k are not required, and the server may
+                            stop early at its end-of-sequence token (n_gen_got < n_gen) */
     /* result */
-    int rows;            /* distributions for positions from .. from+rows-1 */
+    int rows;            /* distributions for positions from .. from+rows-1 (with ids_only: the
+                            prompt positions only) */
     int k;               /* entries per row */
     int32_t *ids;        /* [rows, k] token ids, descending log-probability (-1: absent) */
     float *lps;          /* [rows, k] log-probabilities */

@@ -129,7 +129,20 @@ char *qcs_body(qc_server *s, const qc_score *sc) {
         cJSON_AddNumberToObject(b, "n_probs", k);
         cJSON_AddBoolToObject(b, "cache_prompt", !sc->cold);
         cJSON_AddNumberToObject(b, "temperature", 0);
-        cJSON_AddBoolToObject(b, "ignore_eos", 1);
+        cJSON_AddBoolToObject(b, "return_tokens", 1);
+        if (!sc->ids_only) {
+            /* scoring: the anchor is sampled at every step so each step's log-probabilities
+             * are reported (raw); a greedy run (ids_only) is left alone, end-of-sequence
+             * included (the server's vocabulary decides it, not the config) */
+            cJSON_AddBoolToObject(b, "ignore_eos", 1);
+            if (s->anchor >= 0) {
+                cJSON *lb = cJSON_AddArrayToObject(b, "logit_bias");
+                cJSON *pair = cJSON_CreateArray();
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber(s->anchor));
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber(1000));
+                cJSON_AddItemToArray(lb, pair);
+            }
+        }
     } else {
         if (s->o.model[0]) cJSON_AddStringToObject(b, "model", s->o.model);
         cJSON_AddItemToObject(b, "prompt", prompt);
@@ -427,29 +440,50 @@ static int parse_sglang(const qc_server *s, const cJSON *root, qc_score *sc) {
 }
 
 static int parse_llama(const qc_server *s, const cJSON *root, qc_score *sc) {
+    const cJSON *cache_n = get(get(root, "timings"), "cache_n");
+    if (cJSON_IsNumber(cache_n)) sc->cached = (long)cache_n->valuedouble;
+    const cJSON *toks = get(root, "tokens"), *e;
+    int g = 0;
+    if (cJSON_IsArray(toks) && cJSON_GetArraySize(toks) > 0) { /* return_tokens */
+        cJSON_ArrayForEach(e, toks) {
+            if (!cJSON_IsNumber(e) || put_gen(s, sc, g, e->valuedouble, "tokens")) {
+                fail(sc, "tokens: not a list of token ids");
+                return -1;
+            }
+            g++;
+        }
+    }
+    if (sc->ids_only) {
+        sc->n_gen_got = g < sc->n_gen ? g : sc->n_gen;
+        if (g == 0) fail(sc, "tokens: no generated token ids (return_tokens)");
+        return g == 0 ? -1 : 0;
+    }
     const cJSON *cp = get(root, "completion_probabilities");
     if (!cJSON_IsArray(cp)) {
-        fail(sc, "completion_probabilities: missing (is n_probs supported?)");
+        fail(sc, "completion_probabilities: missing (n_probs unsupported, or the generated "
+                 "token's text is a cut UTF-8 sequence)");
         return -1;
     }
     int i = 0;
-    const cJSON *e;
     cJSON_ArrayForEach(e, cp) {
         char f[64];
         snprintf(f, sizeof f, "completion_probabilities[%d]", i);
         const cJSON *id = get(e, "id");
         if (!cJSON_IsNumber(id)) { fail(sc, "%s.id: missing", f); return -1; }
-        if (put_gen(s, sc, i, id->valuedouble, f)) return -1;
+        if (g == 0 && put_gen(s, sc, i, id->valuedouble, f)) return -1;
         if (put_list(s, sc, i, get(e, "top_logprobs"), f)) return -1;
         i++;
     }
-    const cJSON *cache_n = get(get(root, "timings"), "cache_n");
-    if (cJSON_IsNumber(cache_n)) sc->cached = (long)cache_n->valuedouble;
+    if (g && g != i) {
+        fail(sc, "completion_probabilities: %d entries for %d generated tokens (entries "
+                 "are omitted for tokens whose text is a cut UTF-8 sequence)", i, g);
+        return -1;
+    }
     return check_gen_count(sc, i, "completion_probabilities");
 }
 
 int qcs_parse(const qc_server *s, const cJSON *root, qc_score *sc) {
-    int rows = sc->n - 1 - sc->from + sc->n_gen;
+    int rows = sc->n - 1 - sc->from + (sc->ids_only ? 0 : sc->n_gen);
     if (qcs_alloc(s, sc, rows)) return -1;
     int rc;
     switch (s->api) {

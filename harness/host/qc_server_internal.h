@@ -15,6 +15,11 @@ struct qc_server {
     int vocab;           /* ids must be in [0, vocab) */
     char describe[512];  /* what was chosen and why */
     long cold_counter;   /* makes each cold request's cache_salt unique */
+    int anchor;          /* llama-server: a token id whose text is complete UTF-8, biased to be
+                            the sampled token of scoring requests (-1: none) — llama-server
+                            omits the log-probabilities of a generated token whose text ends
+                            in a cut UTF-8 sequence (docs/llama-server.md); the bias acts in
+                            the sampler only, the reported log-probabilities stay raw */
 };
 
 /* The endpoint and JSON body of a scoring request (body malloc'd; NULL on OOM). */
