@@ -117,6 +117,7 @@ typedef struct {
     char tdesc[MAX_LIST][768]; /* describe() per --threads entry: a figure's label (bench_fig_desc) */
     int isref;          /* the reference backend (runs the ref_* workload) */
     int peer;           /* imported from --peer-json (not measured here) */
+    int http;           /* a server (http:): timed per request, no static figure */
 } bench_backend;
 
 typedef struct {
@@ -168,6 +169,7 @@ typedef struct {
 /* What the measuring works with (owned; released by bench_close). */
 typedef struct {
     qc_backend *bes[MAX_BACKENDS];   /* per backend of bench_opts.backends (NULL: not made) */
+    struct qc_server *srv[MAX_BACKENDS]; /* a server backend (http:) instead of bes[b] */
     qc_state *sts[MAX_BACKENDS];     /* its state */
     int32_t *toks;                   /* the prompt tokens (every run takes a prefix) */
     int ntoks;

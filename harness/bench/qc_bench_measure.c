@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE 1 /* sched_setaffinity */
 #include "qc_bench_internal.h"
+#include "qc_server.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -72,7 +73,8 @@ static int plan_figures(const bench_opts *o, bench_report *R, qc_err *err) {
                 if (o->ref_decode > 0)
                     bad |= bench_add_fig(R, b, BM_DECODE, o->ref_decode, o->ref_prompt, t, ti) < 0;
             } else {
-                bad |= bench_add_fig(R, b, BM_STATIC, o->static_prompt, 0, t, ti) < 0;
+                if (!bb->http) /* a server decides how it prefills: no static figure */
+                    bad |= bench_add_fig(R, b, BM_STATIC, o->static_prompt, 0, t, ti) < 0;
                 for (int i = 0; i < o->n_prompts; i++)
                     bad |= bench_add_fig(R, b, BM_DYNAMIC, o->prompts[i], 0, t, ti) < 0;
                 for (int i = 0; i < o->n_depths && o->decode > 0; i++)
@@ -97,6 +99,7 @@ int bench_name_backends(const bench_opts *o, bench_report *R, qc_err *err) {
         snprintf(bb->name, sizeof bb->name, "%.127s", rs.name);
         snprintf(bb->desc, sizeof bb->desc, "%s", rs.name);
         bb->isref = !strcmp(o->backends[b], "reference");
+        bb->http = rs.kind == QC_RT_HTTP;
     }
     return plan_figures(o, R, err);
 }
@@ -159,6 +162,34 @@ static qc_status run_one(qc_backend *be, qc_state *st, qc_mode mode, const int32
     return s;
 }
 
+/* A server's run: a cold request of n prompt tokens (t[0]: its latency, one token generated),
+ * then, for dec decode steps, two warm requests of the same prompt generating dec + 1 and 1
+ * tokens (t[1]: the difference: the decode steps alone). */
+static qc_status http_run_one(qc_server *srv, const int32_t *toks, int n, int dec, double t[2],
+                              qc_err *err) {
+    qc_score sc[3];
+    int gens[3] = {1, dec + 1, 1}, m = dec > 0 ? 3 : 1;
+    t[0] = t[1] = 0;
+    for (int i = 0; i < m; i++) {
+        memset(&sc[i], 0, sizeof sc[i]);
+        sc[i].seq = toks;
+        sc[i].n = n;
+        sc[i].from = n - 1;
+        sc[i].n_gen = gens[i];
+        sc[i].cold = i == 0;
+        qc_status s = qc_server_score(srv, &sc[i], 1, err);
+        if (!s && sc[i].fail[0]) s = qc_errf(err, QC_ERR_RUNTIME, "%s", sc[i].fail);
+        if (s) {
+            for (int j = 0; j <= i; j++) qc_score_clear(&sc[j]);
+            return s;
+        }
+    }
+    t[0] = sc[0].seconds;
+    if (dec > 0) t[1] = sc[1].seconds > sc[2].seconds ? sc[1].seconds - sc[2].seconds : 1e-9;
+    for (int i = 0; i < m; i++) qc_score_clear(&sc[i]);
+    return QC_OK;
+}
+
 /* One sample of a prefill figure (fp, -1: untimed) and / or a decode figure after it (fd, -1:
  * none): the run repeated until each timed part took `target` seconds. rep < 0: warm-up (not
  * recorded). */
@@ -173,8 +204,9 @@ static qc_status sample(const bench_opts *o, bench_report *R, bench_run *run, in
         /* a part that has its time stops: the decode steps once they took target seconds */
         const int dk = k == 0 || dcs < target ? dec : 0;
         double t[2] = {0, 0};
-        qc_status s = run_one(run->bes[b], run->sts[b], mode, run->toks, n, msl, dk, t,
-                              run->logits, err);
+        qc_status s = run->srv[b] ? http_run_one(run->srv[b], run->toks, n, dk, t, err)
+                                  : run_one(run->bes[b], run->sts[b], mode, run->toks, n, msl,
+                                            dk, t, run->logits, err);
         if (s) return s;
         pre += t[0];
         dcs += t[1];
@@ -217,8 +249,9 @@ static qc_status measure_backend(const bench_opts *o, bench_report *R, bench_run
     const int t = R->probe[ti].threads;
     const bench_backend *bb = &R->be[b];
     const int sp = bb->isref ? o->ref_prompt : o->static_prompt;
-    qc_status s = sample(o, R, run, b, QC_MODE_STATIC, sp, 0,
-                         bench_find_fig(R, b, BM_STATIC, sp, 0, t), -1, rep, target, err);
+    qc_status s = bb->http ? QC_OK
+                           : sample(o, R, run, b, QC_MODE_STATIC, sp, 0,
+                                    bench_find_fig(R, b, BM_STATIC, sp, 0, t), -1, rep, target, err);
     if (s) return s;
     if (bb->isref) {
         int fd = o->ref_decode > 0 ? bench_find_fig(R, b, BM_DECODE, o->ref_decode, o->ref_prompt, t) : -1;
@@ -248,6 +281,8 @@ static qc_status measure_backend(const bench_opts *o, bench_report *R, bench_run
 
 static void close_backends(const bench_report *R, bench_run *run) {
     for (int b = 0; b < R->n_be; b++) {
+        qc_server_close(run->srv[b]);
+        run->srv[b] = NULL;
         qc_backend_destroy(run->bes[b]);
         qc_state_destroy(run->sts[b]);
         run->bes[b] = NULL;
@@ -277,6 +312,18 @@ static int open_backends(const bench_opts *o, qc_model *m, bench_report *R, benc
                                   : (o->max_seq_len && o->max_seq_len < maxlen ? o->max_seq_len : maxlen);
         qc_runtime_spec rs;
         qc_status s;
+        if (bb->http) { /* a server: connect (it loads its own model) */
+            qc_server_opts so;
+            if (qc_registry_parse(o->backends[b], 0, &rs, err) ||
+                qc_server_parse(rs.target, &so, err) ||
+                qc_server_open(&so, c->vocab_size, &run->srv[b], err)) {
+                close_backends(R, run);
+                return qc_cli_fail(PROG, err);
+            }
+            snprintf(bb->desc, sizeof bb->desc, "%s: %s", rs.name, qc_server_describe(run->srv[b]));
+            if (ti >= 0 && ti < MAX_LIST) snprintf(bb->tdesc[ti], sizeof bb->tdesc[ti], "%s", bb->desc);
+            continue;
+        }
         if ((s = qc_registry_parse(o->backends[b], 0, &rs, err)) ||
             (s = qc_registry_create(&rs, o->model_dir, m, &bo, &run->bes[b], err)) ||
             (s = qc_state_create(c, bb->isref ? o->ref_prompt + o->ref_decode : ctx, &run->sts[b], err))) {
