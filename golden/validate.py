@@ -442,6 +442,55 @@ class _ActualCheck:
             elif tuple(ds.shape) != want:
                 self.rep.err(path, "shape %s is not [L, %d, k] = %s" % (tuple(ds.shape), n, want))
 
+    def topk(self, f, group, V, rows, k_other):
+        """<group>/topk/{ids, logprobs} [rows, k] (golden/SCHEMA.md "Top-k ACTUAL"): one layout,
+        ids in [0, V) and distinct per row, log-probabilities finite, <= 0 (1e-3 of slack) and
+        descending; the k, or None when absent or invalid."""
+        t = group + "/topk"
+        if t not in f:
+            return None
+        if not isinstance(f[t], h5py.Group):
+            self.rep.err(t, "not a group of ids and logprobs")
+            return None
+        for rel, kind in (("ids", np.integer), ("logprobs", np.floating)):
+            p = t + "/" + rel
+            if p not in f:
+                self.rep.err(p, "missing dataset (a top-k list needs both ids and logprobs)")
+                return None
+            if not isinstance(f[p], h5py.Dataset) or not np.issubdtype(f[p].dtype, kind):
+                self.rep.err(p, "not a%s dataset" % ("n integer" if kind is np.integer else " float"))
+                return None
+        ids, lps = f[t + "/ids"], f[t + "/logprobs"]
+        if ids.ndim != 2 or ids.shape[0] != rows or not 1 <= ids.shape[1] <= V:
+            self.rep.err(t + "/ids", "shape %s is not [%d, k] with 1 <= k <= %d"
+                         % (tuple(ids.shape), rows, V))
+            return None
+        k = ids.shape[1]
+        if k_other and k != k_other:
+            self.rep.err(t + "/ids", "k = %d, the case's prefill/topk has k = %d" % (k, k_other))
+            return None
+        if tuple(lps.shape) != (rows, k):
+            self.rep.err(t + "/logprobs", "shape %s is not the ids' %s" % (tuple(lps.shape), (rows, k)))
+            return None
+        a, lp = ids[()].astype(np.int64), lps[()].astype(np.float32)
+        for bad, path, what in (((a < 0) | (a >= V), "ids", "not a token id in [0, %d)" % V),
+                                (~np.isfinite(lp) | (lp > 1e-3), "logprobs",
+                                 "not a finite log-probability <= 0")):
+            if bad.any():
+                r, j = np.argwhere(bad)[0]
+                v = a[r, j] if path == "ids" else lp[r, j]
+                self.rep.err("%s/%s" % (t, path), "[%d, %d] = %s: %s" % (r, j, v, what))
+                return None
+        dup = np.diff(np.sort(a, axis=1), axis=1) == 0
+        if dup.any():
+            self.rep.err(t + "/ids", "row %d: a token listed twice" % np.argwhere(dup)[0][0])
+            return None
+        up = np.diff(lp, axis=1) > 0
+        if up.any():
+            self.rep.err(t + "/logprobs", "row %d: not in descending order" % np.argwhere(up)[0][0])
+            return None
+        return k
+
     def case(self, f, g, name, cfg):
         c, gc = "/cases/" + name, g["cases"][name]
         P, T = int(gc.attrs["start_pos"]), gc["tokens"].shape[0]
@@ -452,9 +501,13 @@ class _ActualCheck:
             return
         self.inputs(f, g, c, gc)
         pre = c + "/prefill"
+        k = self.topk(f, pre, V, T, None)
         if pre + "/logits" not in f:
-            self.rep.err(pre + "/logits", "missing dataset (the one tensor every ACTUAL case "
-                         "must have)")
+            if pre + "/topk" not in f:
+                self.rep.err(pre + "/logits", "missing dataset (the one tensor every ACTUAL case "
+                             "must have, or prefill/topk)")
+            else:
+                self.topk_case(f, c, cfg, T, S, k)
             return
         pos = self.ids(f, pre + "/logits_positions")
         got = self.shaped(f, pre + "/logits", _logit_shapes(T, V, None if pos is None else pos.size), "f")
@@ -471,6 +524,7 @@ class _ActualCheck:
         self.state(f, pre + "/state", cfg, P + T)
         self.router(f, pre, cfg, T)
         dec = c + "/decode"
+        self.decode_topk(f, dec, V, S, k)
         if dec + "/logits" in f and S == 0:
             self.rep.err(dec + "/logits", "the golden case has no decode steps")
         elif S > 0:
@@ -482,6 +536,33 @@ class _ActualCheck:
                 self.note(dec + "/logits", "absent (prefill-only ACTUAL): decode checks SKIPPED")
             else:
                 self.state(f, dec + "/state", cfg, P + T + S)
+
+
+    def decode_topk(self, f, dec, V, S, k):
+        if dec + "/topk" not in f:
+            return
+        if S == 0:
+            self.rep.err(dec + "/topk", "the golden case has no decode steps")
+        elif dec[:-len("decode")] + "prefill/topk" not in f:
+            self.rep.err(dec + "/topk", "top-k decode rows without prefill/topk")
+        else:
+            self.topk(f, dec, V, S, k)
+
+    def topk_case(self, f, c, cfg, T, S, k):
+        """A top-k case (prefill/topk, no prefill/logits): diff compares its top-k lists (and a
+        MoE model's router choices) only."""
+        dec = c + "/decode"
+        self.router(f, c + "/prefill", cfg, T)
+        self.decode_topk(f, dec, cfg.vocab_size, S, k)
+        if S > 0:
+            self.ids(f, dec + "/tokens")
+            if dec in f and isinstance(f[dec], h5py.Group):
+                self.router(f, dec, cfg, S)
+            if dec + "/topk" not in f:
+                self.note(dec + "/topk", "absent: the topk rows cover the prompt positions only")
+        for x in ("prefill/hidden", "prefill/state", "decode/logits", "decode/state"):
+            if c + "/" + x in f:
+                self.note(c + "/" + x, "not compared in a top-k case (no prefill/logits)")
 
 
 def _same_object(f, a, b):

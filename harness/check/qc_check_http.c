@@ -1,5 +1,6 @@
 /* qc_check_http.c — the top-k checks of a server against the golden cases (qc_check_http.h). */
 #include "qc_check_http.h"
+#include "qc_check_topk.h"
 #include "qc_tier_topk.h"
 
 #include <math.h>
@@ -63,90 +64,25 @@ static void where(const qc_golden_case *gc, int p, char *b, size_t n) {
     else snprintf(b, n, "decode step %d (position %d)", r - gc->n_tokens, p);
 }
 
-/* The teacher-forced distributions of a case: every position start_pos .. n-1 (or a spread of
- * max_positions of them, per-prefix dialects), tallied against the golden. */
-typedef struct {
-    qc_topk_tally t;
-    int requests;
-    double seconds;
-    int scored;          /* positions scored */
-    int total;           /* positions the case has */
-    char fail[900];      /* the first invalid answer, with its position ("" = none) */
-} tf_result;
-
-static void tally_score(const qc_golden_case *gc, int V, const qc_topk_lim *lim,
-                        const qc_score *sc, tf_result *res) {
-    for (int r = 0; r < sc->rows; r++) {
-        int p = sc->from + r;
-        const float *g = ck_golden_row(gc, V, p);
-        if (!g) continue;
-        qc_topk_tally_row(&res->t, lim, g, V, sc->ids + (size_t)r * (size_t)sc->k,
-                          sc->lps + (size_t)r * (size_t)sc->k, sc->k, p);
-        res->scored++;
-    }
-}
-
-static int score_one(ctx *c, qc_server *srv, qc_score *sc, tf_result *res, int pos) {
-    qc_err err;
-    qc_err_clear(&err);
-    if (qc_server_score(srv, sc, 1, &err) != QC_OK) {
-        snprintf(res->fail, sizeof res->fail, "%s", err.msg);
-        return -1;
-    }
-    (void)c;
-    res->requests++;
-    res->seconds += sc->seconds;
-    if (sc->fail[0]) {
-        snprintf(res->fail, sizeof res->fail, "request for position %d: %s", pos, sc->fail);
-        return -1;
-    }
-    return 0;
-}
+/* The teacher-forced distributions of a case (ck_tf_rows_get, qc_check_topk.c), tallied
+ * against the golden. */
+typedef ck_tf_result tf_result;
 
 static void teacher_force(ctx *c, qc_server *srv, const qc_golden_case *gc,
                           const qc_topk_lim *lim, tf_result *res) {
-    int V = c->cfg->vocab_size, n;
-    memset(res, 0, sizeof *res);
-    qc_topk_tally_init(&res->t);
-    int32_t *seq = ck_case_seq(gc, &n);
-    if (!seq) {
-        snprintf(res->fail, sizeof res->fail, "out of memory");
-        return;
-    }
-    int P = gc->start_pos;
-    res->total = n - P;
-    qc_score sc;
-    memset(&sc, 0, sizeof sc);
-    sc.seq = seq;
-    sc.n_gen = 1;
-    if (qc_server_prompt_logprobs(srv)) {
-        sc.n = n;
-        sc.from = P;
-        if (!score_one(c, srv, &sc, res, P)) tally_score(gc, V, lim, &sc, res);
-    } else {
-        int m = qc_server_max_positions(srv);
-        int cnt = (m > 0 && m < res->total) ? m : res->total;
-        int last = -1;
-        for (int i = 0; i < cnt; i++) {
-            /* evenly spread, first and last included, strictly increasing (the cache path) */
-            int p = P + (cnt > 1 ? (int)((long)i * (res->total - 1) / (cnt - 1)) : res->total - 1);
-            if (p <= last) continue;
-            last = p;
-            sc.n = p + 1;
-            sc.from = p;
-            if (score_one(c, srv, &sc, res, p)) break;
-            tally_score(gc, V, lim, &sc, res);
-        }
-    }
-    qc_score_clear(&sc);
-    free(seq);
+    ck_tf_rows tr;
+    ck_tf_rows_get(srv, gc, &tr);
+    ck_tf_tally(gc, c->cfg->vocab_size, lim, &tr, res);
+    ck_tf_rows_free(&tr);
 }
 
-static void emit_topk_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *lim,
-                           const tf_result *r, const char *be, const char *mode) {
+void ck_topk_emit_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *lim,
+                       const tf_result *r, const char *be, const char *mode) {
     char cost[160], w[96], kl[sizeof ((qc_check_row *)0)->keyline];
     snprintf(cost, sizeof cost, "%d of %d positions, %d request%s, %.2f s", r->scored, r->total,
              r->requests, r->requests == 1 ? "" : "s", r->seconds);
+    if (!r->requests) /* a file (diff) or a run's logits (--topk): nothing was asked */
+        snprintf(cost, sizeof cost, "%d of %d positions", r->scored, r->total);
     static const char *const names[4] = {"topk.argmax", "topk.logprob", "topk.top1_in_k",
                                          "topk.overlap"};
     if (r->fail[0]) {
@@ -295,7 +231,7 @@ void ck_http_file(ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
         ck_topk_limits(c, gc->name, qc_server_k(srv), &lim);
         tf_result r;
         teacher_force(c, srv, gc, &lim, &r);
-        emit_topk_rows(c, gc, &lim, &r, c->o->ext.name, CK_SERVED);
+        ck_topk_emit_rows(c, gc, &lim, &r, c->o->ext.name, CK_SERVED);
         check_greedy(c, srv, gc, &lim);
         qc_golden_unload_case(g, i);
         if (!c->o->quiet)
@@ -349,5 +285,5 @@ void ck_topk_view_rows(ctx *c, const qc_golden_case *gc, const qc_golden_case *a
         qc_topk_tally_row(&r.t, &lim, g, V, ids, lps, k, p);
         r.scored++;
     }
-    emit_topk_rows(c, gc, &lim, &r, bname, mname);
+    ck_topk_emit_rows(c, gc, &lim, &r, bname, mname);
 }

@@ -29,6 +29,8 @@ static const char diff_usage[] =
     "  required) — with the golden, case by case: logits (on the positions the ACTUAL has), argmax, hidden\n"
     "  states (first divergent layer), state buffers, decode logits. Absent optional tensors are\n"
     "  SKIPPED with the reason; a NaN / Inf is a failure; every golden case must be in the ACTUAL.\n"
+    "  A case with top-k log-probabilities instead of logits (prefill/topk, decode/topk: what\n"
+    "  `record --like GOLDEN --backend http:URL` writes) gets check's topk.* rows.\n"
     "  Directories: every golden *.h5 under GOLDEN_DIR is paired with ACTUAL_DIR/<same relative\n"
     "  path>; one report.\n"
     "  --cases REGEX     check only the golden cases whose name matches (POSIX extended); the\n"

@@ -322,9 +322,11 @@ static void qd_decode(ctx *c, cmp_spec *s, partlist *pl, const qc_golden_case *g
 /* The decode steps whose rows are comparable: S, or the first step where the ACTUAL fed
  * another token than the golden's teacher-forced one (a FAIL row: a greedy run left the
  * golden's path, which a correct runtime does not, the golden's margins being >= 0.05). */
-static int qd_decode_tokens(ctx *c, const cmp_spec *s, const qc_golden_case *gc,
-                            const qc_actual_case *ac) {
-    if (ac->n_decode_tokens < 0 || !ac->has_decode_logits) return gc->n_decode;
+int qd_decode_tokens(ctx *c, const cmp_spec *s, const qc_golden_case *gc,
+                     const qc_actual_case *ac) {
+    /* decode rows to compare: the logits, or in a top-k case (no prefill/logits) the top-k */
+    int rows = ac->prefill_logits ? ac->has_decode_logits : ac->decode_tk_ids != NULL;
+    if (ac->n_decode_tokens < 0 || !rows) return gc->n_decode;
     for (int k = 0; k < gc->n_decode; k++) {
         if (ac->decode_tokens[k] == gc->decode_tokens[k]) continue;
         char key[320];
@@ -397,6 +399,11 @@ void qd_case(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_cas
         fprintf(stderr, "qwen-conform: warning: %s\n", ac->note);
     }
     if (!qd_inputs(c, d, a, gc, ac)) return;
+    if (!ac->prefill_logits && ac->prefill_tk_ids) { /* a top-k case (qc_diff_topk.c) */
+        qd_topk(c, d, a, gc, ac);
+        if (qc_cfg_is_moe(c->cfg)) qd_router(c, d, gc, ac);
+        return;
+    }
     partlist *pl = calloc(1, sizeof *pl);
     qd_scratch *sc = calloc(1, sizeof *sc);
     if (!pl || !sc) {

@@ -3,6 +3,7 @@
  *   qc_diff_file.c    one GOLDEN x ACTUAL pair: provenance, coverage, the cases
  *   qc_diff_checks.c  the checks of one case (inputs, logits, argmax, hidden, states, decode)
  *   qc_diff_router.c  router_topk of one case (MoE)
+ *   qc_diff_topk.c    the topk.* rows of a top-k case (prefill/topk instead of prefill/logits)
  *   qc_actual_read.c  reading the ACTUAL file (qc_actual.h)
  */
 #ifndef QC_DIFF_INTERNAL_H
@@ -33,5 +34,19 @@ void qd_case(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_cas
  * rows up to the first decode token that left the golden's path). SKIPPED with the reason
  * when either file has no router datasets (or the model is dense: qd_file, once per file). */
 void qd_router(ctx *c, const diff_opts *d, const qc_golden_case *gc, const qc_actual_case *ac);
+
+/* qc_diff_checks.c: the decode.tokens row of a case. Returns the decode steps whose rows are
+ * comparable: S, or the first step where the ACTUAL fed another token than the golden (a FAIL
+ * row). S without decode/tokens or without decode rows (logits, or top-k in a top-k case). */
+int qd_decode_tokens(ctx *c, const cmp_spec *s, const qc_golden_case *gc,
+                     const qc_actual_case *ac);
+
+/* qc_diff_topk.c: a top-k case (no prefill/logits; prefill/topk and maybe decode/topk,
+ * golden/SCHEMA.md "Top-k ACTUAL"): decode.tokens, then the rows topk.argmax, topk.logprob,
+ * topk.top1_in_k, topk.overlap, with check's limits and verdicts (qc_check_topk.h) on every
+ * prompt position and the comparable decode steps. The case's other tensors are not compared
+ * (a warning names them). */
+void qd_topk(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
+             const qc_actual_case *ac);
 
 #endif /* QC_DIFF_INTERNAL_H */

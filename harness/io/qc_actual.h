@@ -1,7 +1,8 @@
 /* qc_actual.h — ACTUAL files (a runtime's outputs; golden/SCHEMA.md "Required and optional",
  * "ACTUAL layouts") in memory, read against the golden they answer, for `qwen-conform diff`.
  *
- * An ACTUAL needs only /schema_version and, per case, /cases/<case>/prefill/logits; every other
+ * An ACTUAL needs only /schema_version and, per case, /cases/<case>/prefill/logits (or, from a
+ * runtime that gives top-k log-probabilities only, prefill/topk/{ids,logprobs}); every other
  * attribute, input and tensor is optional. Shapes may be the canonical (golden) ones or the
  * Hugging Face ones (a batch dimension of 1, last-row logits, llama.cpp's K-1-column conv
  * state): the reader maps them onto the canonical layout (the memory order is the same, so no
@@ -38,7 +39,8 @@ typedef struct {
     int n_history, n_tokens, n_decode_tokens; /* -1: the dataset is absent */
     int32_t *history, *tokens, *decode_tokens;
     /* tensors, canonical layout, NULL when absent */
-    int n_rows;               /* prefill/logits rows present (T: every prompt position) */
+    int n_rows;               /* prefill/logits rows present (T: every prompt position; 0: no
+                                 prefill/logits, a top-k case) */
     int *rows;                /* [n_rows] prompt row indices (0..T-1), ascending */
     float *prefill_logits;    /* [n_rows, V] */
     float *prefill_hidden;    /* [L+1, T, H] */
@@ -54,6 +56,14 @@ typedef struct {
     float *prefill_topk_weights;  /* [L, T, k] */
     int32_t *decode_topk_ids;     /* [L, S, k] */
     float *decode_topk_weights;   /* [L, S, k] */
+    /* top-k log-probabilities (golden/SCHEMA.md "Top-k ACTUAL"; NULL when absent): per
+     * position the tk_k ids in descending log-probability, and those log-probabilities;
+     * validated on read (ids in [0, V) and distinct per row, values finite, <= 0, descending) */
+    int tk_k;                     /* 0: no prefill/topk */
+    int32_t *prefill_tk_ids;      /* [T, tk_k] */
+    float *prefill_tk_lps;        /* [T, tk_k] */
+    int32_t *decode_tk_ids;       /* [S, tk_k] (NULL: absent) */
+    float *decode_tk_lps;         /* [S, tk_k] */
     int conv_cols;            /* columns of the conv states read: K, or K-1 (llama.cpp);
                                  0: none read */
     int n_conv_k1;            /* conv states read with K-1 columns */

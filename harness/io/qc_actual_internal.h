@@ -57,4 +57,14 @@ qc_status ac_ids(const ac_ctx *c, qc_actual_case *ac, qc_layout layout, hid_t lo
 qc_status ac_router(const ac_ctx *c, hid_t grp, const char *gpath, const qc_config *cfg,
                     int rows, int32_t **ids, float **w);
 
+/* qc_actual_topk.c: the optional <gpath>/topk/{ids, logprobs} of a prefill / decode group grp
+ * (rows = T or S) into *ids / *lps (NULL when absent). Layout-neutral: [rows, k] under any
+ * --layout, not counted in the layout row. *k: in, the k another group of the case has (0:
+ * none yet); out, this group's k. A format error names the file, the dataset and the first
+ * bad entry: a shape other than [rows, k] (1 <= k <= V), one of the two datasets alone, an id
+ * outside [0, V) or twice in a row, a log-probability not finite or > 0, a row not in
+ * descending order. */
+qc_status ac_topk(const ac_ctx *c, hid_t grp, const char *gpath, const qc_config *cfg, int rows,
+                  int *k, int32_t **ids, float **lps);
+
 #endif /* QC_ACTUAL_INTERNAL_H */

@@ -60,8 +60,10 @@ static qc_status ac_logits(const ac_ctx *c, qc_actual_case *ac, qc_layout layout
     int variant = 0;
     if (!gio_link_exists(pg, "logits")) {
         free(pos);
+        if (gio_link_exists(pg, "topk")) return QC_OK; /* a top-k case: ac_topk reads it */
         return qc_errf(c->err, QC_ERR_MISSING, "%s: %s: missing dataset (the one tensor every "
-                       "ACTUAL case must have)", c->file, path);
+                       "ACTUAL case must have, or prefill/topk: golden/SCHEMA.md)", c->file,
+                       path);
     }
     st = ac_tensor(c, ac, layout, pg, ppath, "logits", 1, cand, n, &ac->prefill_logits, &variant);
     if (!st) {
@@ -163,6 +165,8 @@ static void ac_case_free(const qc_config *cfg, qc_actual_case *ac) {
     free(ac->decode_logits);
     free(ac->prefill_topk_ids), free(ac->prefill_topk_weights);
     free(ac->decode_topk_ids), free(ac->decode_topk_weights);
+    free(ac->prefill_tk_ids), free(ac->prefill_tk_lps);
+    free(ac->decode_tk_ids), free(ac->decode_tk_lps);
     qc_golden_state_free(cfg, &ac->prefill_state);
     qc_golden_state_free(cfg, &ac->decode_state);
     qc_actual_case keep = *ac; /* the name and the layout counts stay */
@@ -210,15 +214,34 @@ static qc_status ac_case_from(const ac_ctx *c, qc_actual *a, qc_actual_case *ac,
     if ((st = ac_router(c, pg, ppath, cfg, (int)T, &ac->prefill_topk_ids,
                         &ac->prefill_topk_weights)))
         goto done;
+    if ((st = ac_topk(c, pg, ppath, cfg, (int)T, &ac->tk_k, &ac->prefill_tk_ids,
+                      &ac->prefill_tk_lps)))
+        goto done;
+    if (!ac->prefill_logits && !ac->prefill_tk_ids) {
+        st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s/topk: not a group of ids and logprobs "
+                     "(and no %s/logits)", c->file, ppath, ppath);
+        goto done;
+    }
     if ((dg = gio_group_if(g, "decode")) >= 0) {
         if ((st = ac_ids(c, ac, a->layout, dg, dpath, "tokens", &ac->decode_tokens,
                          &ac->n_decode_tokens)))
             goto done;
-        if (gio_link_exists(dg, "logits") && S == 0) {
-            st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s/logits: the golden case has no decode "
-                         "steps", c->file, dpath);
+        const char *extra = gio_link_exists(dg, "logits") ? "logits"
+                            : gio_link_exists(dg, "topk") ? "topk" : NULL;
+        if (extra && S == 0) {
+            st = qc_errf(c->err, QC_ERR_FORMAT, "%s: %s/%s: the golden case has no decode "
+                         "steps", c->file, dpath, extra);
             goto done;
         }
+        if (gio_link_exists(dg, "topk") && !ac->prefill_tk_ids) {
+            st = qc_errf(c->err, QC_ERR_MISSING, "%s: %s/topk: top-k decode rows without "
+                         "%s/topk (a top-k case has both; golden/SCHEMA.md)", c->file, dpath,
+                         ppath);
+            goto done;
+        }
+        if (S > 0 && (st = ac_topk(c, dg, dpath, cfg, (int)S, &ac->tk_k, &ac->decode_tk_ids,
+                                   &ac->decode_tk_lps)))
+            goto done;
         const ac_shape dl[3] = {{AC_CANON, 2, {S, V}, 0, "canonical"},
                                 {AC_HF, 3, {1, S, V}, 0, "hf"},
                                 {AC_HF, 3, {S, 1, V}, 0, "hf stacked scores"}};

@@ -70,6 +70,15 @@ typedef struct {
     float *decode_topk_weights;     /* [L, S, k] */
     float *decode_router_margins;   /* [L, S] */
     float *decode_moe_in;           /* [L, S, H] */
+    /* A top-k-only run (`record --like` through a server; golden/SCHEMA.md "Top-k ACTUAL"):
+     * per position the tk_k token ids of the highest log-probability, descending, and their
+     * log-probabilities, written instead of the logits (prefill_logits / decode_logits NULL).
+     * Never read from a golden; NULL / 0 otherwise. */
+    int tk_k;
+    int32_t *prefill_tk_ids;        /* [T, tk_k] */
+    float *prefill_tk_lps;          /* [T, tk_k] */
+    int32_t *decode_tk_ids;         /* [S, tk_k] */
+    float *decode_tk_lps;           /* [S, tk_k] */
 } qc_golden_case;
 
 /* What qc_golden_open_lazy knows of a case without reading its tensors (every dataset named

@@ -268,6 +268,11 @@ void gio_case_free_tensors(const qc_config *cfg, qc_golden_case *c) {
     free(c->decode_margins);
     qc_golden_state_free(cfg, &c->decode_state);
     gio_moe_free(c);
+    free(c->prefill_tk_ids), free(c->prefill_tk_lps);
+    free(c->decode_tk_ids), free(c->decode_tk_lps);
+    c->prefill_tk_ids = c->decode_tk_ids = NULL;
+    c->prefill_tk_lps = c->decode_tk_lps = NULL;
+    c->tk_k = 0;
     c->history = c->tokens = c->decode_tokens = NULL;
     c->prefill_logits = c->prefill_hidden = c->decode_logits = c->decode_margins = NULL;
 }

@@ -235,6 +235,24 @@ static qc_status write_moe(const wr_ctx *w, const qc_config *cfg, hid_t parent,
     return st;
 }
 
+/* A top-k-only run (golden/SCHEMA.md "Top-k ACTUAL"): <ppath>/topk/{ids, logprobs} [rows, k]. */
+static qc_status write_topk(const wr_ctx *w, hid_t parent, const char *ppath, int rows, int k,
+                            const int32_t *ids, const float *lps) {
+    if (!ids) return QC_OK;
+    if (k < 1 || !lps)
+        return qc_errf(w->err, QC_ERR_ARG, "%s: %s/topk: k %d, logprobs %s", w->file, ppath, k,
+                       lps ? "given" : "missing");
+    char tpath[300];
+    hid_t tg = H5I_INVALID_HID;
+    hsize_t d[2] = {(hsize_t)rows, (hsize_t)k};
+    snprintf(tpath, sizeof tpath, "%s/topk", ppath);
+    qc_status st = make_group(w, parent, "topk", tpath, &tg);
+    if (!st) st = write_dataset(w, tg, tpath, "ids", 0, 2, d, ids);
+    if (!st) st = write_dataset(w, tg, tpath, "logprobs", 1, 2, d, lps);
+    CLOSE_G(tg);
+    return st;
+}
+
 static qc_status write_case(const wr_ctx *w, const qc_config *cfg, hid_t cases_g,
                             const qc_golden_case *gc) {
     qc_status st = QC_OK;
@@ -246,7 +264,7 @@ static qc_status write_case(const wr_ctx *w, const qc_config *cfg, hid_t cases_g
     if (!gio_valid_case_name(gc->name))
         return qc_errf(w->err, QC_ERR_ARG, "%s: %s: invalid case name (want [A-Za-z0-9_-]+)",
                        w->file, cpath);
-    if (gc->n_tokens < 1 || !gc->tokens || !gc->prefill_logits)
+    if (gc->n_tokens < 1 || !gc->tokens || (!gc->prefill_logits && !gc->prefill_tk_ids))
         return qc_errf(w->err, QC_ERR_ARG, "%s: %s: no prompt tokens / logits", w->file, cpath);
     if (gc->start_pos > 0 && (gc->n_history != gc->start_pos || !gc->history))
         return qc_errf(w->err, QC_ERR_ARG, "%s: %s: start_pos %d needs %d history tokens (have %d)",
@@ -275,7 +293,12 @@ static qc_status write_case(const wr_ctx *w, const qc_config *cfg, hid_t cases_g
     snprintf(ppath, sizeof ppath, "%s/prefill", cpath);
     if ((st = make_group(w, g, "prefill", ppath, &pg))) goto done;
     hsize_t dl[2] = {T, V};
-    if ((st = write_dataset(w, pg, ppath, "logits", 1, 2, dl, gc->prefill_logits))) goto done;
+    if (gc->prefill_logits &&
+        (st = write_dataset(w, pg, ppath, "logits", 1, 2, dl, gc->prefill_logits)))
+        goto done;
+    if ((st = write_topk(w, pg, ppath, gc->n_tokens, gc->tk_k, gc->prefill_tk_ids,
+                         gc->prefill_tk_lps)))
+        goto done;
     if (gc->prefill_hidden) {
         hsize_t dhid[3] = {L + 1, T, H};
         if ((st = write_dataset(w, pg, ppath, "hidden", 1, 3, dhid, gc->prefill_hidden)))
@@ -300,7 +323,12 @@ static qc_status write_case(const wr_ctx *w, const qc_config *cfg, hid_t cases_g
         if ((st = make_group(w, g, "decode", dpath, &dg))) goto done;
         hsize_t ds[1] = {S}, dsl[2] = {S, V};
         if ((st = write_dataset(w, dg, dpath, "tokens", 0, 1, ds, gc->decode_tokens))) goto done;
-        if ((st = write_dataset(w, dg, dpath, "logits", 1, 2, dsl, gc->decode_logits))) goto done;
+        if (gc->decode_logits &&
+            (st = write_dataset(w, dg, dpath, "logits", 1, 2, dsl, gc->decode_logits)))
+            goto done;
+        if ((st = write_topk(w, dg, dpath, gc->n_decode, gc->tk_k, gc->decode_tk_ids,
+                             gc->decode_tk_lps)))
+            goto done;
         if (gc->decode_margins &&
             (st = write_dataset(w, dg, dpath, "margins", 1, 1, ds, gc->decode_margins)))
             goto done;

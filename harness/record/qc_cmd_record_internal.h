@@ -72,4 +72,12 @@ int qc_record_fail(const qc_err *err);
  * code (prints its own errors and summary). */
 int qc_record_like(const record_args *a);
 
+/* qc_record_http.c: 1 when --backend is a server (http:URL[,k=v...]). */
+int qc_record_is_http(const char *backend);
+/* `record --like` through a server (a.backend http:...): every case's teacher-forced top-k
+ * log-probabilities written as a top-k ACTUAL (golden/SCHEMA.md "Top-k ACTUAL"). The outputs
+ * are already verified (qc_outpath). Prints the summary; QC_OK or the error (QC_ERR_RUNTIME:
+ * the server answered wrongly). */
+qc_status qc_record_like_http(const record_args *a, qc_err *err);
+
 #endif /* QC_CMD_RECORD_INTERNAL_H */

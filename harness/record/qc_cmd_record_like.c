@@ -12,6 +12,9 @@
  * when the backend traces them (qc_record_moe.c), for diff's router_topk. The output's provenance is the model's
  * (its hashes and config.json), so diff also compares them with the golden's.
  *
+ * A server (--backend http:URL) is asked for top-k log-probabilities instead and the file is
+ * a top-k ACTUAL (qc_record_http.c).
+ *
  * Errors: usage / I/O / format → exit 2 naming the file and the field; a runtime under test
  * that fails a case → exit 1 naming the case. Nothing is written unless every case ran (one
  * qc_golden_write at the end: temp file + rename).
@@ -176,6 +179,11 @@ int qc_record_like(const record_args *a) {
     r.mode = a->pf.no_kv_cache ? QC_MODE_NOKV : a->pf.dynamic == 0 ? QC_MODE_STATIC
                                                                    : QC_MODE_DYNAMIC;
     qc_status st = like_verify(a, &err);
+    if (!st && qc_record_is_http(a->backend)) { /* a server: top-k only (qc_record_http.c) */
+        st = qc_record_like_http(a, &err);
+        qc_outpath_reset();
+        return st ? qc_record_fail(&err) : QC_EXIT_PASS;
+    }
     if (!st) st = like_setup(a, &r, &err);
     for (int i = 0; !st && i < r.g->n_cases; i++) st = like_run_case(a, &r, i, &err);
     if (!st) {

@@ -1,0 +1,128 @@
+/* qc_check_topk.c — a case's teacher-forced top-k distributions from a server, and their tally
+ * against the golden (qc_check_topk.h). */
+#include "qc_check_topk.h"
+
+#include "qc_check_http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#pragma GCC diagnostic ignored "-Wformat-truncation" /* messages are cut at their buffers */
+
+void ck_tf_rows_free(ck_tf_rows *r) {
+    free(r->ids);
+    free(r->lps);
+    free(r->have);
+    r->ids = NULL, r->lps = NULL, r->have = NULL;
+}
+
+/* One scoring request; its rows copied into out. 0, or -1 with out->fail set. */
+static int tf_request(qc_server *srv, qc_score *sc, ck_tf_rows *out, int pos) {
+    qc_err err;
+    qc_err_clear(&err);
+    if (qc_server_score(srv, sc, 1, &err) != QC_OK) {
+        snprintf(out->fail, sizeof out->fail, "%s", err.msg);
+        return -1;
+    }
+    out->requests++;
+    out->seconds += sc->seconds;
+    if (sc->fail[0]) {
+        snprintf(out->fail, sizeof out->fail, "request for position %d: %s", pos, sc->fail);
+        return -1;
+    }
+    if (!out->ids) { /* the first answer gives k */
+        size_t ne = (size_t)(out->rows > 0 ? out->rows : 1) * (size_t)(sc->k > 0 ? sc->k : 1);
+        out->k = sc->k;
+        out->ids = malloc(ne * sizeof *out->ids);
+        out->lps = malloc(ne * sizeof *out->lps);
+        if (!out->ids || !out->lps) {
+            snprintf(out->fail, sizeof out->fail, "out of memory");
+            return -1;
+        }
+        for (size_t i = 0; i < ne; i++) out->ids[i] = -1, out->lps[i] = 0;
+    }
+    if (sc->k != out->k) {
+        snprintf(out->fail, sizeof out->fail, "request for position %d: %d entries per "
+                 "position, an earlier answer had %d", pos, sc->k, out->k);
+        return -1;
+    }
+    for (int r = 0; r < sc->rows; r++) {
+        int i = sc->from + r - out->from;
+        if (i < 0 || i >= out->rows) continue;
+        memcpy(out->ids + (size_t)i * (size_t)out->k, sc->ids + (size_t)r * (size_t)sc->k,
+               (size_t)sc->k * sizeof *out->ids);
+        memcpy(out->lps + (size_t)i * (size_t)out->k, sc->lps + (size_t)r * (size_t)sc->k,
+               (size_t)sc->k * sizeof *out->lps);
+        if (!out->have[i]) out->n_have++;
+        out->have[i] = 1;
+    }
+    return 0;
+}
+
+void ck_tf_rows_get(qc_server *srv, const qc_golden_case *gc, ck_tf_rows *out) {
+    int n;
+    memset(out, 0, sizeof *out);
+    int32_t *seq = ck_case_seq(gc, &n);
+    int P = gc->start_pos;
+    out->from = P;
+    out->rows = n - P;
+    out->have = calloc((size_t)(out->rows > 0 ? out->rows : 1), 1);
+    if (!seq || !out->have) {
+        snprintf(out->fail, sizeof out->fail, "out of memory");
+        free(seq);
+        return;
+    }
+    qc_score sc;
+    memset(&sc, 0, sizeof sc);
+    sc.seq = seq;
+    sc.n_gen = 1;
+    if (qc_server_prompt_logprobs(srv)) {
+        sc.n = n;
+        sc.from = P;
+        tf_request(srv, &sc, out, P);
+    } else {
+        int m = qc_server_max_positions(srv);
+        int cnt = (m > 0 && m < out->rows) ? m : out->rows;
+        int last = -1;
+        for (int i = 0; i < cnt; i++) {
+            /* evenly spread, first and last included, strictly increasing (the cache path) */
+            int p = P + (cnt > 1 ? (int)((long)i * (out->rows - 1) / (cnt - 1)) : out->rows - 1);
+            if (p <= last) continue;
+            last = p;
+            sc.n = p + 1;
+            sc.from = p;
+            int bad = tf_request(srv, &sc, out, p);
+            qc_score_clear(&sc);
+            if (bad) break;
+        }
+    }
+    qc_score_clear(&sc);
+    free(seq);
+}
+
+void ck_tf_tally_rows(const qc_golden_case *gc, int V, const qc_topk_lim *lim, int pos0, int rows,
+                      int k, const int32_t *ids, const float *lps, const unsigned char *have,
+                      ck_tf_result *res) {
+    for (int r = 0; r < rows; r++) {
+        if (have && !have[r]) continue;
+        int p = pos0 + r;
+        const float *g = ck_golden_row(gc, V, p);
+        if (!g) continue;
+        qc_topk_tally_row(&res->t, lim, g, V, ids + (size_t)r * (size_t)k,
+                          lps + (size_t)r * (size_t)k, k, p);
+        res->scored++;
+    }
+}
+
+void ck_tf_tally(const qc_golden_case *gc, int V, const qc_topk_lim *lim, const ck_tf_rows *tr,
+                 ck_tf_result *res) {
+    memset(res, 0, sizeof *res);
+    qc_topk_tally_init(&res->t);
+    res->requests = tr->requests;
+    res->seconds = tr->seconds;
+    res->total = tr->rows;
+    snprintf(res->fail, sizeof res->fail, "%s", tr->fail);
+    if (tr->ids)
+        ck_tf_tally_rows(gc, V, lim, tr->from, tr->rows, tr->k, tr->ids, tr->lps, tr->have, res);
+}
