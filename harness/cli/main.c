@@ -10,24 +10,42 @@
 
 #include "qc/qc_probe.h"
 #include "qc_cli.h"
+#include "qc_cli_common.h"
 #include "qc_golden.h"
 
-static const char usage[] =
-    "usage: qwen-conform [check] --golden DIR|FILE [options]   check a runtime against goldens\n"
-    "       qwen-conform record --model DIR --tokens 1,2,3 [--decode N] --out F.h5\n"
-    "       qwen-conform inspect F.h5            provenance and coverage of a golden file\n"
-    "       qwen-conform diff GOLDEN.h5 ACTUAL.h5  check another runtime's output (golden layout)\n"
-    "       qwen-conform export-inputs GOLDEN|DIR --out DIR  each case's inputs as JSON\n"
-    "       qwen-conform calibrate --golden DIR  measure noise, suggest a tolerance policy\n"
-    "       qwen-conform policy --print [--policy F] [--golden DIR]  the effective policy\n"
-    "       qwen-conform bench ...               performance comparison of the backends\n"
-    "       qwen-conform drift-svg R.json --out F.svg   long_decode_drift curves of a report\n"
-    "       qwen-conform adapter-serve PLUGIN.so[,k=v...]  serve a plugin over the adapter\n"
-    "                                            protocol on stdin/stdout (isolate:plugin:)\n"
-    "       qwen-conform --version | --help\n"
-    "Run `qwen-conform <command> --help` for the options of a command.\n"
-    "Exit codes: 0 all passed, 1 conformance failure, 2 usage / I/O / format error,\n"
-    "            3 nothing was checked.\n";
+typedef int (*cmd_fn)(int argc, char **argv);
+
+/* Every command: its name, its entry (argv[0] = the command), its synopsis for the usage text
+ * (first line after the name; "" continues the previous command's synopsis). */
+static const struct {
+    const char *name;
+    cmd_fn fn;
+    const char *synopsis;
+} COMMANDS[] = {
+    {"check", qc_cmd_check, "[check] --golden DIR|FILE [options]   check a runtime against goldens"},
+    {"record", qc_cmd_record, "record --model DIR --tokens 1,2,3 [--decode N] --out F.h5"},
+    {"inspect", qc_cmd_inspect, "inspect F.h5            provenance and coverage of a golden file"},
+    {"diff", qc_cmd_diff, "diff GOLDEN.h5 ACTUAL.h5  check another runtime's output (golden layout)"},
+    {"export-inputs", qc_cmd_export_inputs,
+     "export-inputs GOLDEN|DIR --out DIR  each case's inputs as JSON"},
+    {"calibrate", qc_cmd_calibrate, "calibrate --golden DIR  measure noise, suggest a tolerance policy"},
+    {"policy", qc_cmd_policy, "policy --print [--policy F] [--golden DIR]  the effective policy"},
+    {"bench", qc_cmd_bench, "bench ...               performance comparison of the backends"},
+    {"drift-svg", qc_cmd_drift_svg, "drift-svg R.json --out F.svg   long_decode_drift curves of a report"},
+    {"adapter-serve", qc_cmd_adapter_serve,
+     "adapter-serve PLUGIN.so[,k=v...]  serve a plugin over the adapter\n"
+     "                                            protocol on stdin/stdout (isolate:plugin:)"},
+};
+#define N_COMMANDS ((int)(sizeof COMMANDS / sizeof *COMMANDS))
+
+static void print_usage(FILE *f) {
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "%s qwen-conform %s\n", i ? "      " : "usage:", COMMANDS[i].synopsis);
+    fputs("       qwen-conform --version | --help\n"
+          "Run `qwen-conform <command> --help` for the options of a command.\n"
+          "Exit codes: 0 all passed, 1 conformance failure, 2 usage / I/O / format error,\n"
+          "            3 nothing was checked.\n", f);
+}
 
 /* The optimized backend's run-time kernel choice (as its describe() names it), no model needed. */
 static void print_isa(void) {
@@ -38,7 +56,7 @@ static void print_isa(void) {
 int main(int argc, char **argv) {
     { extern void qc_outpath_install_signal_handlers(void); qc_outpath_install_signal_handlers(); }
     if (argc < 2) {
-        fputs(usage, stderr);
+        print_usage(stderr);
         return QC_EXIT_ERROR;
     }
     const char *cmd = argv[1];
@@ -48,23 +66,21 @@ int main(int argc, char **argv) {
         return QC_EXIT_PASS;
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-        fputs(usage, stdout);
+        print_usage(stdout);
         return QC_EXIT_PASS;
     }
-    int rc;
-    if (!strcmp(cmd, "check")) rc = qc_cmd_check(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "record")) rc = qc_cmd_record(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "inspect")) rc = qc_cmd_inspect(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "diff")) rc = qc_cmd_diff(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "calibrate")) rc = qc_cmd_calibrate(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "policy")) rc = qc_cmd_policy(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "bench")) rc = qc_cmd_bench(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "adapter-serve")) rc = qc_cmd_adapter_serve(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "drift-svg")) rc = qc_cmd_drift_svg(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "export-inputs")) rc = qc_cmd_export_inputs(argc - 1, argv + 1);
-    else if (cmd[0] == '-') rc = qc_cmd_check(argc, argv); /* default command */
-    else {
-        fprintf(stderr, "qwen-conform: unknown command '%s'\n%s", cmd, usage);
+    int rc = -1;
+    for (int i = 0; i < N_COMMANDS && rc < 0; i++)
+        if (!strcmp(cmd, COMMANDS[i].name)) rc = COMMANDS[i].fn(argc - 1, argv + 1);
+    if (rc < 0 && cmd[0] == '-') rc = qc_cmd_check(argc, argv); /* default command */
+    if (rc < 0) {
+        const char *names[N_COMMANDS];
+        for (int i = 0; i < N_COMMANDS; i++) names[i] = COMMANDS[i].name;
+        const char *near = qc_cli_nearest(cmd, names, N_COMMANDS);
+        fprintf(stderr, "qwen-conform: unknown command '%s'", cmd);
+        if (near) fprintf(stderr, " (did you mean '%s'?)", near);
+        fputc('\n', stderr);
+        print_usage(stderr);
         return QC_EXIT_ERROR;
     }
     /* After the HDF5 library faulted on a corrupt file (see qc_golden_hdf5_faulted) its own

@@ -16,6 +16,7 @@
 #include "qc/qc_optimized.h"
 #include "qc/qc_reference.h"
 #include "qc/qc_runtime_plugin.h"
+#include "qc_cli_common.h"
 #include "qc_exec.h"
 #include "qc_remote.h"
 
@@ -225,6 +226,10 @@ qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec 
         snprintf(out->plugin, sizeof out->plugin, "%s", path);
         return QC_OK;
     }
+    static const char *const known[] = {"reference", "optimized", "all", "llamacpp"};
+    const char *near = qc_cli_nearest(spec, known, 4);
+    if (near) return qc_errf(err, QC_ERR_ARG, "--backend: '%s' is not a backend (did you mean "
+                             "'%s'?)", spec, near);
     return qc_errf(err, QC_ERR_ARG, "--backend: '%s' is not reference, optimized, all, "
                    "plugin:PATH.so[,k=v...], exec:\"CMD ARGS\", isolate:plugin:PATH.so, "
                    "llamacpp[,k=v...] or http:URL[,k=v...]", spec);

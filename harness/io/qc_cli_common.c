@@ -440,3 +440,30 @@ int qc_cli_fail(const char *prog, const qc_err *err) {
     fprintf(stderr, "%s: failed\n", prog);
     return QC_EXIT_ERROR;
 }
+
+/* Levenshtein distance of two short strings (99 past 32 characters). */
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 32 || lb > 32) return 99;
+    int d[33][33];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
+}
+
+const char *qc_cli_nearest(const char *s, const char *const *names, int n) {
+    const char *best = NULL;
+    int bd = 3;
+    for (int i = 0; i < n; i++) {
+        int d = edit_distance(s, names[i]);
+        if (d == 0) return NULL;
+        if (d < bd) bd = d, best = names[i];
+    }
+    return best;
+}

@@ -166,4 +166,8 @@ int qc_cli_exit_code(qc_status s);
 /* Print "<prog>: <err->msg>" on stderr and return qc_cli_exit_code(err->code). */
 int qc_cli_fail(const char *prog, const qc_err *err);
 
+/* "Did you mean": the name among names[0..n) nearest to s by edit distance (Levenshtein), when
+ * at most 2 edits away (and s is not one of them), else NULL. */
+const char *qc_cli_nearest(const char *s, const char *const *names, int n);
+
 #endif /* QC_CLI_COMMON_H */

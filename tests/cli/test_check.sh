@@ -28,6 +28,12 @@ expect_rc() {
 # ---- usage / I/O errors: exit 2 -------------------------------------------------------------
 expect_rc 2 "no arguments" -- "$QC"
 expect_rc 2 "unknown command" -- "$QC" frobnicate
+expect_rc 2 "misspelt command" -- "$QC" chek
+grep -q "unknown command 'chek' (did you mean 'check'?)" "$TMP/err" && ok "did you mean 'check'" \
+  || bad "no did-you-mean for 'chek'"
+expect_rc 2 "misspelt backend" -- "$QC" --golden "$ONE" --backend optimised
+grep -q "did you mean 'optimized'" "$TMP/err" && ok "did you mean 'optimized'" \
+  || bad "no did-you-mean for 'optimised'"
 expect_rc 2 "check without --golden" -- "$QC" check
 expect_rc 2 "unknown option" -- "$QC" --golden "$ONE" --frobnicate
 expect_rc 2 "bad --backend" -- "$QC" --golden "$ONE" --backend gpu
