@@ -70,6 +70,7 @@ int qc_cmd_check(int argc, char **argv) {
     if (x.rerun) qc_outpath_add_input(x.rerun, "--rerun-failed");
     qc_outpath_add_output(o.json_path, "--json", QC_OUT_TEXT);
     qc_outpath_add_output(o.junit_path, "--junit", QC_OUT_TEXT);
+    qc_outpath_add_output(x.html, "--html", QC_OUT_TEXT);
     qc_outpath_add_dump_dir(o.dump_dir, "--dump-actual");
     if (qc_outpath_verify(&err)) goto fail;
     qc_results res;
@@ -101,6 +102,7 @@ int qc_cmd_check(int argc, char **argv) {
         ckcli_verdict(&res, x.min_coverage); /* before the summary: it may raise the exit */
         if (res.n > 0 || rc != QC_EXIT_NOTHING) qc_report_console_summary(stdout, &res);
         rc = ckcli_write_reports(prog, &o, &res, qc_results_exit_code(&res));
+        rc = ckcli_write_html(prog, x.html, &res, rc);
     }
     qc_results_free(&res);
     free(rs.k);

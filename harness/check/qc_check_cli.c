@@ -22,9 +22,11 @@
 #include "qc/qc_memplan.h"
 #include "qc_cli_common.h"
 #include "qc_remote.h"
+#include "qc_report_causes.h"
 #include "qc_report_console.h"
 #include "qc_report_json.h"
 #include "qc_report_junit.h"
+#include "qc_report_html.h"
 #include "qc_report_verdict.h"
 
 #include <cjson/cJSON.h>
@@ -63,6 +65,8 @@ static const char check_usage[] =
     "  --json F              machine-readable report (schema-versioned)\n"
     "  --junit F             JUnit XML report (classname <stem>.<case>, name\n"
     "                        <backend>.<mode>.<check>)\n"
+    "  --html F              one self-contained HTML page (no network): the verdicts, the\n"
+    "                        error charts per case, every row filterable by text / verdict\n"
     "  --dump-actual DIR     write the actual tensors in the golden layout\n"
     "                        (DIR/<stem>.<backend>.<mode>.h5) and print h5diff lines\n"
     "  --list                print the selected <stem>/<case>/<backend>/<mode> ids; run nothing\n"
@@ -196,6 +200,11 @@ void ckcli_verdict(qc_results *res, int min_coverage) {
     qc_verdicts v;
     if (res->n == 0 || qc_verdicts_compute(res, &v)) return;
     qc_report_verdict_console(stdout, &v);
+    qc_causes cz; /* the likely causes of the failures, after the verdicts (none: no lines) */
+    if (!qc_causes_compute(res, &cz)) {
+        qc_report_causes_console(stdout, &cz, res, 5);
+        qc_causes_free(&cz);
+    }
     if (min_coverage >= 0 && qc_verdicts_below(&v, min_coverage)) {
         printf("--min-coverage %d: a runtime ran less than %d %% of its battery: exit 1\n",
                min_coverage, min_coverage);
@@ -357,6 +366,8 @@ int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o
             st = qc_argp_int(&a, 1, 100, &o->topk, &err);
         } else if (x && qc_argp_is(&a, "--min-coverage")) {
             st = qc_argp_int(&a, 0, 100, &x->min_coverage, &err);
+        } else if (x && qc_argp_is(&a, "--html")) {
+            st = qc_argp_value(&a, &x->html, &err);
         } else if (x && qc_argp_is(&a, "--tier")) {
             st = qc_argp_value(&a, &x->tier, &err);
         } else if (x && (qc_argp_is(&a, "--atol") || qc_argp_is(&a, "--rtol"))) {
@@ -438,6 +449,16 @@ int ckcli_write_reports(const char *prog, const qc_check_opts *o, qc_results *re
     }
     qc_err_clear(&err);
     if (o->junit_path && qc_report_junit_write(o->junit_path, res, &err)) {
+        fprintf(stderr, "%s: %s (exit %d)\n", prog, err.msg, QC_EXIT_ERROR);
+        rc = qc_exit_precedence(rc, QC_EXIT_ERROR);
+    }
+    return rc;
+}
+
+int ckcli_write_html(const char *prog, const char *path, const qc_results *res, int rc) {
+    qc_err err;
+    qc_err_clear(&err);
+    if (path && qc_report_html_write(path, res, &err)) {
         fprintf(stderr, "%s: %s (exit %d)\n", prog, err.msg, QC_EXIT_ERROR);
         rc = qc_exit_precedence(rc, QC_EXIT_ERROR);
     }

@@ -28,6 +28,7 @@ typedef struct {
     const char *tier;           /* --tier NAME (qc_tier.h); NULL: the policy as loaded */
     int min_coverage;           /* --min-coverage PCT: a runtime whose coverage is below FAILS
                                    the run (exit 1); -1: no minimum */
+    const char *html;           /* --html F: the self-contained HTML report (check only) */
 } check_cli;
 
 /* One combination; "*" in a field matches anything (a file-level row: case "_model" or
@@ -66,6 +67,8 @@ void ckcli_opts_free(qc_check_opts *o);
 qc_status ckcli_check_model_dir(const qc_check_opts *o, qc_err *err);
 /* Write --json / --junit; returns rc, raised to QC_EXIT_ERROR when a report fails. */
 int ckcli_write_reports(const char *prog, const qc_check_opts *o, qc_results *res, int rc);
+/* Write --html (path NULL: nothing); returns rc, raised to QC_EXIT_ERROR when it fails. */
+int ckcli_write_html(const char *prog, const char *path, const qc_results *res, int rc);
 /* The case selector of --rerun-failed: 1 when (stem, case, backend, mode) failed before. */
 int ckcli_rerun_select(void *user, const char *stem, const char *cname, const char *backend,
                         const char *mode);

@@ -1,0 +1,31 @@
+/* qc_report_html_internal.h — what the two halves of the HTML report share (report-private):
+ *   qc_report_html.c      the page: verdicts, summary, the row table and its filter script
+ *   qc_report_html_svg.c  the inline SVG charts of each case (tolerance ratios per check, the
+ *                         per-layer curves of the detail text, the long-decode drift curves)
+ */
+#ifndef QC_REPORT_HTML_INTERNAL_H
+#define QC_REPORT_HTML_INTERNAL_H
+
+#include <stddef.h>
+
+#include "qc_report_results.h"
+
+/* A growing text buffer; after an allocation failure oom is set and nothing more is added. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int oom;
+} qc_hbuf;
+
+void qc_hb_printf(qc_hbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void qc_hb_puts(qc_hbuf *b, const char *s);
+/* s escaped for HTML text and attribute values (& < > " ' ; control characters other than
+ * tab / newline / carriage return become U+FFFD); NULL writes nothing. */
+void qc_hb_esc(qc_hbuf *b, const char *s);
+/* A number as text: %.3g, "NaN", "inf", "-inf". */
+void qc_hb_num(qc_hbuf *b, double v);
+
+/* The "curves" section: per (stem, case) the charts its rows carry data for. */
+void qc_html_curves(qc_hbuf *b, const qc_results *r);
+
+#endif /* QC_REPORT_HTML_INTERNAL_H */
