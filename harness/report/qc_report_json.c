@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "qc_outpath.h"
+#include "qc_report_causes.h"
 #include "qc_report_verdict.h"
 
 /* A number, or its name as a string when non-finite. */
@@ -150,6 +151,33 @@ static void add_verdicts(cJSON *root, const qc_results *r) {
     qc_verdicts_free(&v);
 }
 
+/* "causes": [{cause, rule, rows: [indices into checks], n_rows, backend, layer, step, block,
+ * kind[, after_layer]}] (qc_report_causes.h); null for no layer / step / block. */
+static void add_causes(cJSON *root, const qc_results *r) {
+    qc_causes cz;
+    cJSON *arr = cJSON_AddArrayToObject(root, "causes");
+    if (!arr || qc_causes_compute(r, &cz)) return;
+    for (int i = 0; i < cz.n; i++) {
+        const qc_cause *c = &cz.c[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o) break;
+        cJSON_AddItemToArray(arr, o);
+        cJSON_AddStringToObject(o, "cause", c->text);
+        cJSON_AddStringToObject(o, "rule", c->rule);
+        cJSON *rows = cJSON_AddArrayToObject(o, "rows");
+        for (int k = 0; rows && k < c->n_rows; k++)
+            cJSON_AddItemToArray(rows, cJSON_CreateNumber(c->rows[k]));
+        cJSON_AddNumberToObject(o, "n_rows", c->n_rows);
+        cJSON_AddStringToObject(o, "backend", c->backend);
+        c->layer >= 0 ? cJSON_AddNumberToObject(o, "layer", c->layer) : cJSON_AddNullToObject(o, "layer");
+        c->step >= 0 ? cJSON_AddNumberToObject(o, "step", c->step) : cJSON_AddNullToObject(o, "step");
+        c->block[0] ? cJSON_AddStringToObject(o, "block", c->block) : cJSON_AddNullToObject(o, "block");
+        cJSON_AddStringToObject(o, "kind", qc_loc_kind_str(c->kind));
+        if (c->layer_lo >= 0) cJSON_AddNumberToObject(o, "after_layer", c->layer_lo);
+    }
+    qc_causes_free(&cz);
+}
+
 char *qc_report_json_string(const qc_results *r) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
@@ -173,6 +201,7 @@ char *qc_report_json_string(const qc_results *r) {
         if (r->stopped_early) cJSON_AddNumberToObject(s, "maxfail", r->maxfail);
     }
     add_verdicts(root, r);
+    add_causes(root, r);
     cJSON *wa = cJSON_AddArrayToObject(root, "warnings");
     for (int i = 0; wa && i < r->n_warnings; i++)
         cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[i]));
