@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "qc_outpath.h"
+#include "qc_report_causes.h"
 #include "qc_report_html_internal.h"
 #include "qc_report_verdict.h"
 
@@ -137,18 +138,24 @@ static const char JS[] =
     "    var q = document.getElementById('q'), shown = document.getElementById('shown');\n"
     "    var boxes = all('input.vf'), rows = all('#tbl tbody tr');\n"
     "    var text = rows.map(function (r) { return r.textContent.toLowerCase(); });\n"
+    "    var only = null; /* the row ids a cause explains, or null */\n"
     "    var apply = function () {\n"
     "      var words = q.value.toLowerCase().split(/\\s+/).filter(Boolean), on = {}, n = 0;\n"
     "      boxes.forEach(function (b) { on[b.value] = b.checked; });\n"
     "      rows.forEach(function (r, i) {\n"
-    "        var ok = on[r.getAttribute('data-v')] === true &&\n"
+    "        var ok = only ? only[r.id] === true : on[r.getAttribute('data-v')] === true &&\n"
     "                 words.every(function (w) { return text[i].indexOf(w) >= 0; });\n"
     "        r.hidden = !ok;\n"
     "        if (ok) n++;\n"
     "      });\n"
-    "      shown.textContent = n + ' of ' + rows.length + ' rows shown';\n"
+    "      shown.textContent = n + ' of ' + rows.length + ' rows shown' + (only ? ' (a cause)' : '');\n"
     "    };\n"
-    "    var set = function (qv, vv) {\n"
+    "    var set = function (qv, vv, ids) {\n"
+    "      only = null;\n"
+    "      if (ids) {\n"
+    "        only = {};\n"
+    "        ids.split(/\\s+/).forEach(function (id) { only[id] = true; });\n"
+    "      }\n"
     "      if (qv !== null) q.value = qv;\n"
     "      if (vv !== null) {\n"
     "        var want = vv.toUpperCase().split(',');\n"
@@ -156,11 +163,12 @@ static const char JS[] =
     "      }\n"
     "      apply();\n"
     "    };\n"
-    "    q.addEventListener('input', apply);\n"
-    "    boxes.forEach(function (b) { b.addEventListener('change', apply); });\n"
-    "    all('[data-q],[data-v]').forEach(function (a) {\n"
+    "    var typed = function () { only = null; apply(); };\n"
+    "    q.addEventListener('input', typed);\n"
+    "    boxes.forEach(function (b) { b.addEventListener('change', typed); });\n"
+    "    all('[data-q],[data-v],[data-rows]').forEach(function (a) {\n"
     "      a.addEventListener('click', function () {\n"
-    "        set(a.getAttribute('data-q'), a.getAttribute('data-v'));\n"
+    "        set(a.getAttribute('data-q'), a.getAttribute('data-v'), a.getAttribute('data-rows'));\n"
     "      });\n"
     "    });\n"
     "    var reveal = function () {\n"
@@ -170,7 +178,7 @@ static const char JS[] =
     "    };\n"
     "    window.addEventListener('hashchange', reveal);\n"
     "    var p = new URLSearchParams(location.search);\n"
-    "    set(p.get('q'), p.get('v'));\n"
+    "    set(p.get('q'), p.get('v'), p.get('rows'));\n"
     "    reveal();\n"
     "    root.setAttribute('data-qc-script', 'ok');\n"
     "  } catch (e) {\n"
@@ -213,10 +221,14 @@ static void verdict_card(qc_hbuf *b, const qc_rt_verdict *x) {
     qc_hb_printf(b, "<div class=\"card v-%s\"><h3><span class=\"badge\">%s</span>", x->verdict,
                  x->verdict);
     qc_hb_esc(b, x->backend);
-    qc_hb_printf(b, "</h3>\n<p>%d passed, %d failed%s, %d skipped. <a href=\"#rows\" data-q=\"",
-                 x->pass, x->fail + x->error, x->error ? " (errors included)" : "", x->skip);
-    qc_hb_esc(b, x->backend);
-    qc_hb_puts(b, "\" data-v=\"FAIL,ERROR\">Show its failures</a></p>\n");
+    qc_hb_printf(b, "</h3>\n<p>%d passed, %d failed%s, %d skipped.", x->pass, x->fail + x->error,
+                 x->error ? " (errors included)" : "", x->skip);
+    if (x->fail + x->error) {
+        qc_hb_puts(b, " <a href=\"#rows\" data-q=\"");
+        qc_hb_esc(b, x->backend);
+        qc_hb_puts(b, "\" data-v=\"FAIL,ERROR\">Show its failures</a>");
+    }
+    qc_hb_puts(b, "</p>\n");
     qc_hb_printf(b, "<div class=\"cov\"><span style=\"width:%.1f%%\"></span></div>\n<p>coverage "
                  "<b>%.0f %%</b>", 100.0 * x->coverage, 100.0 * x->coverage);
     if (x->cap_skip)
@@ -299,12 +311,34 @@ static void summary(qc_hbuf *b, const qc_results *r, int rc) {
     qc_hb_puts(b, "</table>\n</section>\n");
 }
 
-/* CAUSES: the place for the root-cause triage (harness/report/qc_report_causes.h, being
- * written beside this file): render its causes here, between the summary and the curves,
- * once it exists. Until then the page says nothing about causes. */
+/* The root-cause triage (qc_report_causes.h): per runtime with a failure its likely causes,
+ * biggest first, each sentence with a link that shows its rows. Nothing when nothing failed. */
 static void causes(qc_hbuf *b, const qc_results *r) {
-    (void)r;
-    qc_hb_puts(b, "<!-- causes: root-cause triage (qc_report_causes) not rendered yet -->\n");
+    qc_causes cz;
+    if (qc_causes_compute(r, &cz)) {
+        b->oom = 1;
+        return;
+    }
+    if (cz.n) qc_hb_puts(b, "<section id=\"causes\"><h2>Likely causes</h2>\n<p class=\"note\">The "
+                            "failing rows of each runtime grouped by their evidence, one sentence "
+                            "a cause; each link shows the rows it explains.</p>\n");
+    for (int i = 0; i < cz.n; i++) {
+        const qc_cause *c = &cz.c[i];
+        if (i == 0 || strcmp(c->backend, cz.c[i - 1].backend)) {
+            qc_hb_puts(b, i ? "</ol>\n<h3>" : "<h3>");
+            qc_hb_esc(b, c->backend);
+            qc_hb_puts(b, "</h3>\n<ol class=\"causes\">\n");
+        }
+        qc_hb_puts(b, "<li><code>");
+        qc_hb_esc(b, c->rule);
+        qc_hb_puts(b, "</code> ");
+        qc_hb_esc(b, c->text);
+        qc_hb_puts(b, " \xe2\x80\x94 <a href=\"#rows\" data-rows=\"");
+        for (int k = 0; k < c->n_rows; k++) qc_hb_printf(b, "%sr%d", k ? " " : "", c->rows[k]);
+        qc_hb_printf(b, "\">its %d row%s</a></li>\n", c->n_rows, c->n_rows == 1 ? "" : "s");
+    }
+    if (cz.n) qc_hb_puts(b, "</ol>\n</section>\n");
+    qc_causes_free(&cz);
 }
 
 /* ===================================================================================== */

@@ -8,8 +8,10 @@
  *     the worst element / tolerance of every check on a log scale, the per-layer max |diff|
  *     of the hidden states a failing row's localisation lists, the long-decode drift curves
  *     of the logits and of every state buffer per layer;
+ *   - the likely causes of the failures per runtime (qc_report_causes.h), each with a link
+ *     that shows the rows it explains;
  *   - every row in a table, with its detail, filterable by text and verdict (the script; the
- *     page also takes ?q=WORDS&v=FAIL,ERROR). The script marks <html data-qc-script="ok">
+ *     page also takes ?q=WORDS&v=FAIL,ERROR, or ?rows=r3+r7: those rows). The script marks <html data-qc-script="ok">
  *     once it ran without throwing (what tests/cli/test_html_report.sh looks for).
  * All text from the rows is escaped. Written atomically (temp file + rename, qc_outpath.h).
  */

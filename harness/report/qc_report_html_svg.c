@@ -139,7 +139,7 @@ static void bar_line(qc_hbuf *b, const qc_results *r, const int *idx, int n, con
     for (int i = 0; i < n; i++) {
         const qc_check_row *w = &r->rows[idx[i]];
         if (w->has_metrics && !strcmp(w->check, s->check[c]))
-            bar_dot(b, w, idx[i], series_of(s, w), s->ns, y, hi);
+            bar_dot(b, w, idx[i], series_of(s, w) < 0 ? 0 : series_of(s, w), s->ns, y, hi);
     }
     qc_hb_printf(b, "\n<text x=\"%d\" y=\"%d\">", BW - BR + 8, y + 13);
     if (wwhat[0]) qc_hb_puts(b, wwhat);

@@ -9,10 +9,11 @@
 #     or another output, no temp file left behind;
 #   * in a REAL headless browser (Debian's chromium; tests/html/chromium.sh): the script runs
 #     without an error or any console message (<html data-qc-script="ok">), the ?v=&q= filter
-#     shows exactly the rows it selects, escaped text makes no element, and a screenshot of
-#     the failing run's page is kept as $BUILD/html-report.png. Without chromium the browser
-#     part is SKIPPED (exit 0, a "SKIP:" line) — unless QC_REQUIRE_CHROMIUM=1 (ci/test sets
-#     it): then it FAILS. ~25 s (3 browser starts) on 2 loaded cores.
+#     and the ?rows= selection (a cause's link) show exactly the rows they select, escaped
+#     text makes no element, and a screenshot of the failing run's page is kept as
+#     $BUILD/html-report.png. Without chromium the browser part is SKIPPED (exit 0, a "SKIP:"
+#     line) — unless QC_REQUIRE_CHROMIUM=1 (ci/test sets it): then it FAILS. 20-35 s (3
+#     browser starts) on 2 loaded cores.
 set -u
 QC="$1"
 SRC="$2"
@@ -64,7 +65,7 @@ $CH static "$TMP/esc.html" --text "$EVIL/len005" > "$TMP/esc.t" 2>&1 \
   && ok "the markup in the path is escaped (& < > \" ') and reads back as text" \
   || bad "escaping: $(cat "$TMP/esc.t")"
 "$PY" - "$TMP/ok.json" "$TMP/ok.html" "$TMP/bad.json" "$TMP/bad.html" <<'PYEOF' \
-  && ok "the pages hold the JSON's counts, verdicts and every row" || bad "pages vs the JSON reports"
+  && ok "the pages hold the JSON's counts, verdicts, causes and every row" || bad "pages vs the JSON reports"
 import json, re, sys
 for js, page in ((sys.argv[1], sys.argv[2]), (sys.argv[3], sys.argv[4])):
     d, h = json.load(open(js)), open(page, encoding="utf-8").read()
@@ -78,7 +79,10 @@ for js, page in ((sys.argv[1], sys.argv[2]), (sys.argv[3], sys.argv[4])):
         assert re.search(r'<span class="badge">%s</span>%s</h3>' % (v, re.escape(be)), h), (be, v)
         req = d["coverage"][be]["require"]
         assert not req or "<code>%s</code>" % req in h, req
-    print(page.split("/")[-1], tiles, d["verdict"])
+    links = re.findall(r'data-rows="([^"]*)">its (\d+) rows?</a>', h)
+    assert [[int(x[1:]) for x in ids.split()] for ids, _ in links] == \
+        [c["rows"] for c in d.get("causes", [])], page   # the likely causes, each with its rows
+    print(page.split("/")[-1], tiles, d["verdict"], len(links), "cause(s)")
 PYEOF
 grep -q '<svg class="chart layers"' "$TMP/bad.html" && grep -q 'hidden\[i\] vs golden' "$TMP/bad.html" \
   && ok "norm-no-offset: the per-layer curve of the hidden states" || bad "no per-layer curve"
@@ -131,7 +135,8 @@ else
       && ok "chromium $name: $(cat "$TMP/$name.chk")" || bad "chromium $name: $(cat "$TMP/$name.chk")"
   }
   nrows=$(grep -c '<tr id="r' "$TMP/ok.html")
-  dom ok "$U/ok.html" --shown "$nrows" --text "PARTIAL" --text "CI can insist: --require "
+  dom ok "$U/ok.html?rows=r0+r5+r9" --shown 3 --text "3 of $nrows rows shown (a cause)" \
+    --text "PARTIAL" --text "CI can insist: --require "
   dom filter "$U/esc.html?v=FAIL&q=prefill.hidden" --shown 6 --visible-verdicts FAIL \
     --visible-text prefill.hidden --text "6 of $nrows rows shown" --text "FAIL" --no-tag img \
     --text "$EVIL/len005"
