@@ -12,6 +12,7 @@
 
 #include "qc_check_internal.h"
 #include "qc_check_http.h"
+#include "qc_check_topk.h"
 
 #include "qc_cli.h"
 
@@ -216,6 +217,10 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     const char *bname = c->slot_name[bi], *mname = qc_mode_str(mode);
     qc_err err;
     qc_err_clear(&err);
+    if (be->caps & QC_BE_CAP_TOPK_ONLY) { /* top-k rows only, the rest SKIPPED (qc_check_topk.c) */
+        cr->have[bi][mode] = ck_topk_runtime_mode(c, be, gc, mode, bname, &cr->act[bi][mode]);
+        return;
+    }
     hcap hc = {0};
     int want_hidden = gc->prefill_hidden != NULL && (be->caps & QC_BE_CAP_HIDDEN) && !c->o->topk;
     ck_moecap mc; /* MoE: moe_in / router_topk traces (qc_check_router.c) */
@@ -386,7 +391,7 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
                 else
                     check_mode(c, bs, bi, gc, (qc_mode)mi, cr);
             }
-        if (c->o->topk) continue; /* --topk: nothing but the top-k rows */
+        if (c->o->topk || (be->caps & QC_BE_CAP_TOPK_ONLY)) continue; /* top-k rows only */
         /* static == dynamic */
         if (cr->have[bi][QC_MODE_STATIC] && cr->have[bi][QC_MODE_DYNAMIC])
             compare_runs(c, gc, &cr->act[bi][QC_MODE_DYNAMIC], &cr->act[bi][QC_MODE_STATIC],

@@ -3,6 +3,7 @@
 #include "qc_check_topk.h"
 
 #include "qc_check_http.h"
+#include "qc_runcase.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,4 +126,72 @@ void ck_tf_tally(const qc_golden_case *gc, int V, const qc_topk_lim *lim, const 
     snprintf(res->fail, sizeof res->fail, "%s", tr->fail);
     if (tr->ids)
         ck_tf_tally_rows(gc, V, lim, tr->from, tr->rows, tr->k, tr->ids, tr->lps, tr->have, res);
+}
+
+/* The checks a top-k-only runtime cannot take: SKIPPED with the reason. */
+static void topk_only_skips(ctx *c, const qc_golden_case *gc, const char *bname, qc_mode mode) {
+    static const char *const names[] = {
+        "prefill.logits",        "decode.logits",           "prefill.hidden",
+        "prefill.k_cache",       "prefill.v_cache",         "prefill.conv_state",
+        "prefill.recurrent_state", "decode.k_cache",        "decode.v_cache",
+        "decode.conv_state",     "decode.recurrent_state",  "garbage_reset",
+        "unused_slots",          "threads_bitwise"};
+    const char *mname = qc_mode_str(mode);
+    char why[300];
+    snprintf(why, sizeof why, "capability 'topk_only': %s returns top-k log-probabilities only; "
+             "full logits not offered (nor hidden states or state)", bname);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!strncmp(names[i], "decode.", 7) && gc->n_decode < 1) continue;
+        if (!strcmp(names[i], "prefill.hidden") && !gc->prefill_hidden) continue;
+        ck_emit_simple(c, gc->name, bname, mname, names[i], QC_VERDICT_SKIP, why, NULL);
+    }
+    if (mode == QC_MODE_DYNAMIC) {
+        ck_emit_simple(c, gc->name, bname, mname, "static_eq_dynamic", QC_VERDICT_SKIP, why, NULL);
+        ck_emit_simple(c, gc->name, bname, mname, "chunked_eq_recurrent", QC_VERDICT_SKIP, why,
+                       NULL);
+    }
+}
+
+int ck_topk_runtime_mode(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+                         const char *bname, qc_golden_case *act) {
+    static const char *const rows[4] = {"topk.argmax", "topk.logprob", "topk.top1_in_k",
+                                        "topk.overlap"};
+    const int V = c->cfg->vocab_size, T = gc->n_tokens, S = gc->n_decode;
+    const char *mname = qc_mode_str(mode);
+    qc_profile p;
+    ck_case_profile(gc, mode, 0, &p);
+    qc_case_input in;
+    memset(&in, 0, sizeof in);
+    in.history = gc->n_history > 0 ? gc->history : NULL;
+    in.n_history = gc->n_history;
+    in.tokens = gc->tokens;
+    in.n_tokens = T;
+    in.n_decode = S;
+    in.forced = S > 0 ? gc->decode_tokens : NULL;
+    in.topk = c->o->topk > 0 ? c->o->topk : CK_TOPK_DEFAULT;
+    qc_err err;
+    qc_err_clear(&err);
+    qc_status s = qc_run_case(be, &p, gc->name, &in, act, &err);
+    int ok = s == QC_OK;
+    if (!ok) {
+        qc_verdict v = ck_failed_run_verdict(s);
+        for (int i = 0; i < 4; i++)
+            ck_emit_simple(c, gc->name, bname, mname, rows[i], v, err.msg,
+                           qc_strdup_printf("%s", err.msg));
+    } else {
+        qc_topk_lim lim;
+        ck_topk_limits(c, gc->name, act->tk_k, &lim);
+        ck_tf_result r;
+        memset(&r, 0, sizeof r);
+        qc_topk_tally_init(&r.t);
+        r.total = T + S;
+        ck_tf_tally_rows(gc, V, &lim, gc->start_pos, T, act->tk_k, act->prefill_tk_ids,
+                         act->prefill_tk_lps, NULL, &r);
+        if (S > 0 && act->decode_tk_ids)
+            ck_tf_tally_rows(gc, V, &lim, gc->start_pos + T, S, act->tk_k, act->decode_tk_ids,
+                             act->decode_tk_lps, NULL, &r);
+        ck_topk_emit_rows(c, gc, &lim, &r, bname, mname);
+    }
+    topk_only_skips(c, gc, bname, mode);
+    return ok;
 }

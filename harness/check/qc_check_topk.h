@@ -13,6 +13,7 @@
 
 #include "qc_check_internal.h"
 #include "qc_server.h"
+#include "qc_runcase.h"
 #include "qc_topk.h"
 
 /* One case's tally and what it cost (the keylines of the topk.* rows). */
@@ -62,5 +63,16 @@ void ck_tf_tally_rows(const qc_golden_case *gc, int V, const qc_topk_lim *lim, i
  * case from its tally (all four FAIL with res->fail when it is set). */
 void ck_topk_emit_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *lim,
                        const ck_tf_result *r, const char *be, const char *mode);
+
+/* A runtime that returns top-k log-probabilities only (QC_BE_CAP_TOPK_ONLY: a plugin's or an
+ * exec adapter's forward_topk) in one mode: the case run with qc_case_input.topk (k = --topk,
+ * else CK_TOPK_DEFAULT; teacher-forced decode), into act; its rows tallied against the golden
+ * and reported as topk.argmax / logprob / top1_in_k / overlap (ck_topk_emit_rows; a failed or
+ * malformed answer FAILs all four with the runtime's message); every check that needs the
+ * logits, hidden states or the state SKIPPED ("capability 'topk_only' ..."). 1 when act holds
+ * the run (free with qc_case_free), 0 otherwise. */
+#define CK_TOPK_DEFAULT QC_RUNCASE_TOPK_DEFAULT
+int ck_topk_runtime_mode(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+                         const char *bname, qc_golden_case *act);
 
 #endif /* QC_CHECK_TOPK_H */

@@ -105,6 +105,50 @@ static int x_forward(void *h, const int32_t *tokens, int32_t n, int32_t start_po
     return QC_PLUGIN_OK;
 }
 
+/* {"op":"forward", ..., "topk": K} to a child that announced topk_only: tensors topk_ids
+ * (int32) and topk_logprobs (float32), both [n, K] (docs/adapter-protocol.md). The values are
+ * validated by the backend (qc_remote.c), the shapes here. */
+static int x_forward_topk(void *h, const int32_t *tokens, int32_t n, int32_t start_pos, int32_t k,
+                          int32_t *ids, float *logprobs) {
+    qc_exec *x = h;
+    if (!x) return QC_PLUGIN_ERROR;
+    if (x->dead) return ex_not_running(x, "forward");
+    x->hidden_valid = 0;
+    x->state_npos = -1;
+    if (!(x->info.caps & QC_CAP_TOPK_ONLY))
+        return ex_local_err(x, QC_PLUGIN_ERROR, "forward", "top-k asked of an adapter that did "
+                            "not announce topk_only");
+    if (!tokens || !ids || !logprobs || n < 1 || start_pos < 0 || k < 1 ||
+        (size_t)n > MAX_HEADER / 2)
+        return ex_local_err(x, QC_PLUGIN_ERROR, "forward", "bad arguments (n %d, start_pos %d, "
+                            "k %d)", (int)n, (int)start_pos, (int)k);
+    if (x->info.max_tokens_per_call > 0 && n > x->info.max_tokens_per_call)
+        return ex_local_err(x, QC_PLUGIN_ERROR, "forward", "%d tokens in one call, the adapter "
+                            "announced max_tokens_per_call %d", (int)n,
+                            (int)x->info.max_tokens_per_call);
+    tspec sp[2];
+    memset(sp, 0, sizeof sp);
+    snprintf(sp[0].name, sizeof sp[0].name, "topk_ids");
+    snprintf(sp[1].name, sizeof sp[1].name, "topk_logprobs");
+    for (int i = 0; i < 2; i++) sp[i].ndim = 2, sp[i].dims[0] = n, sp[i].dims[1] = k;
+    sp[0].dst = (float *)(void *)ids; /* 4-byte little-endian elements, read as they are */
+    sp[1].dst = logprobs;
+    size_t need = 160 + (size_t)n * 12;
+    if (ex_grow((void **)&x->req, &x->req_cap, need))
+        return ex_local_err(x, QC_PLUGIN_ERROR, "forward", "out of memory for the request");
+    char *p = x->req;
+    p += sprintf(p, "{\"op\":\"forward\",\"tokens\":[");
+    for (int32_t i = 0; i < n; i++) p += sprintf(p, i ? ",%d" : "%d", (int)tokens[i]);
+    p += sprintf(p, "],\"start_pos\":%d,\"all_logits\":true,\"hidden\":false,\"topk\":%d}",
+                 (int)start_pos, (int)k);
+    cJSON *root;
+    uint64_t pl;
+    double deadline = ex_now_s() + x->timeout_s;
+    int rc = ex_transact(x, "forward", x->req, (size_t)(p - x->req), deadline, &root, &pl);
+    if (rc) return rc;
+    return ex_recv_tensors(x, "forward", root, pl, sp, 2, deadline);
+}
+
 static void x_close(void *h) {
     qc_exec *x = h;
     if (!x) return;
@@ -347,6 +391,7 @@ static const qc_runtime_plugin exec_api = {
     .restore = x_restore,
     .select_sequence = x_select_sequence,
     .trim = x_trim,
+    .forward_topk = x_forward_topk,
 };
 
 /* ===================================================================================== */

@@ -8,7 +8,9 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_remote.h"
+#include "qc_topk.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@ static const struct {
     {QC_CAP_DN_KERNEL, "dn_kernel"},   {QC_CAP_CHUNK_SIZE, "chunk_size"},
     {QC_CAP_SNAPSHOT, "snapshot"},     {QC_CAP_SEQUENCES, "sequences"},
     {QC_CAP_TRIM, "trim"},             {QC_REMOTE_CAP_DYNAMIC, "dynamic"},
+    {QC_CAP_TOPK_ONLY, "topk_only"},
 };
 #define N_CAP_NAMES (sizeof cap_names / sizeof cap_names[0])
 
@@ -55,7 +58,7 @@ qc_status qc_cap_parse(const char *list, unsigned *bits, qc_err *err) {
         if (i == N_CAP_NAMES)
             return qc_errf(err, QC_ERR_ARG, "--require: unknown capability '%s' (hidden, "
                            "state_read, state_fill, threads, dn_kernel, chunk_size, snapshot, "
-                           "sequences, trim, dynamic)", t);
+                           "sequences, trim, dynamic, topk_only)", t);
         *bits |= cap_names[i].bit;
     }
     return QC_OK;
@@ -142,6 +145,30 @@ static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int st
                            R->hidden_buf);
         }
     }
+    return QC_OK;
+}
+
+/* A top-k-only runtime's forward: its answer validated (qc_runtime_plugin.h forward_topk). */
+static qc_status rm_forward_topk(qc_backend *be, const int32_t *tokens, int n, int start_pos,
+                                 int k, int32_t *ids, float *lps, qc_err *err) {
+    remote *R = be->impl;
+    const int V = be->model->cfg.vocab_size;
+    if (k < 1 || k > V || k > QC_PLUGIN_MAX_TOPK)
+        return qc_errf(err, QC_ERR_ARG, "%s: forward_topk: k = %d outside 1..%d", R->name, k,
+                       V < QC_PLUGIN_MAX_TOPK ? V : QC_PLUGIN_MAX_TOPK);
+    qc_status s = rt_sync_opts(be, R, err);
+    if (s) return s;
+    if (R->hooks.want_hidden) R->hooks.want_hidden(R->h, 0);
+    /* sentinels: an entry the runtime leaves unwritten is out of range / NaN, never stale */
+    for (size_t i = 0; i < (size_t)n * (size_t)k; i++) ids[i] = -1, lps[i] = NAN;
+    char what[112];
+    snprintf(what, sizeof what, "forward_topk(n=%d, start_pos=%d, k=%d)", n, start_pos, k);
+    if (R->api->forward_topk(R->h, tokens, n, start_pos, k, ids, lps) != QC_PLUGIN_OK)
+        return rt_fail(R, err, what);
+    char why[300];
+    if (qc_topk_check_answer(ids, lps, n, k, V, 1e-3, start_pos, why, sizeof why))
+        return qc_errf(err, QC_ERR_RUNTIME, "%s: %s answered a malformed top-k: %s", R->name,
+                       what, why);
     return QC_OK;
 }
 
@@ -329,6 +356,8 @@ qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *ap
         if (api->select_sequence) caps |= info->caps & QC_CAP_SEQUENCES;
         if (api->trim) caps |= info->caps & QC_CAP_TRIM;
     }
+    if (api->struct_size >= QC_PLUGIN_TOPK_SIZE && api->forward_topk)
+        caps |= info->caps & QC_CAP_TOPK_ONLY;
     be->caps = caps; /* QC_CAP_* == QC_BE_CAP_* bit for bit */
     be->max_tokens_per_call = info->max_tokens_per_call > 0 ? info->max_tokens_per_call : 0;
     be->max_context_len = info->max_context_len > 0 ? info->max_context_len : 0;
@@ -342,6 +371,7 @@ qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *ap
     be->restore = (caps & QC_CAP_SNAPSHOT) ? rm_restore : NULL;
     be->select_seq = (caps & QC_CAP_SEQUENCES) ? rm_select : NULL;
     be->trim = (caps & QC_CAP_TRIM) ? rm_trim : NULL;
+    be->forward_topk = (caps & QC_CAP_TOPK_ONLY) ? rm_forward_topk : NULL;
     if (R->hooks.set_dims) R->hooks.set_dims(R->h, cfg);
     if ((caps & QC_CAP_THREADS) && o->n_threads > 0) {
         char v[32];
@@ -360,5 +390,6 @@ _Static_assert(QC_CAP_HIDDEN == QC_BE_CAP_HIDDEN && QC_CAP_STATE_READ == QC_BE_C
                    QC_CAP_STATE_FILL == QC_BE_CAP_STATE_FILL && QC_CAP_THREADS == QC_BE_CAP_THREADS &&
                    QC_CAP_DN_KERNEL == QC_BE_CAP_DN_KERNEL && QC_CAP_CHUNK_SIZE == QC_BE_CAP_CHUNK_SIZE &&
                    QC_CAP_SNAPSHOT == QC_BE_CAP_SNAPSHOT &&
-                   QC_CAP_SEQUENCES == QC_BE_CAP_SEQUENCES && QC_CAP_TRIM == QC_BE_CAP_TRIM,
+                   QC_CAP_SEQUENCES == QC_BE_CAP_SEQUENCES && QC_CAP_TRIM == QC_BE_CAP_TRIM &&
+                   QC_CAP_TOPK_ONLY == QC_BE_CAP_TOPK_ONLY,
                "plugin ABI capability bits must equal the backend capability bits");

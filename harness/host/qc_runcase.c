@@ -248,6 +248,8 @@ static qc_status decode_steps(case_run *r, qc_err *err) {
 
 qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *name,
                       const qc_case_input *in, qc_golden_case *out, qc_err *err) {
+    if (in->topk > 0 && (be->caps & QC_BE_CAP_TOPK_ONLY))
+        return qc_run_case_topk(be, profile, name, in, out, err); /* qc_runcase_topk.c */
     case_run r;
     memset(&r, 0, sizeof r);
     r.be = be;

@@ -24,7 +24,13 @@ typedef struct {
     int capture_hidden;       /* 1: fill out->prefill_hidden via the trace hook */
     qc_runner_faults faults;  /* test-only fault hooks (all 0 normally) */
     int garbage_state;        /* 1: fill the state with NaN, then reset, before running */
+    int topk;                 /* k > 0 and a QC_BE_CAP_TOPK_ONLY backend: top-k rows instead of
+                                 logits (qc_run_case_topk; check --topk K, else
+                                 QC_RUNCASE_TOPK_DEFAULT); 0: logits */
 } qc_case_input;
+
+/* The k a top-k-only runtime is asked for when nothing says otherwise (check, record --like). */
+#define QC_RUNCASE_TOPK_DEFAULT 20
 
 /* Run the case on a fresh state of capacity profile->max_context_len. Fills out->name (copied
  * from `name`), start_pos, tokens, history, prefill_logits [T,V], prefill_hidden [L+1,T,H]
@@ -32,6 +38,14 @@ typedef struct {
  * decode_margins [S] and decode_state (trimmed to start_pos+T+S). */
 qc_status qc_run_case(qc_backend *be, const qc_profile *profile, const char *name,
                       const qc_case_input *in, qc_golden_case *out, qc_err *err);
+
+/* The case on a top-k-only runtime (qc_runcase_topk.c): out->tk_k = min(in->topk, V, 100),
+ * prefill_tk_ids / _lps [T, tk_k], decode_tk_ids / _lps [S, tk_k] (each position's ids of
+ * highest log-probability, descending, validated by the backend), decode_tokens (forced, or the
+ * top id of the previous row), decode_margins (lp[0] - lp[1]); no logits, hidden or state.
+ * qc_run_case calls it when in->topk > 0 and be has QC_BE_CAP_TOPK_ONLY. */
+qc_status qc_run_case_topk(qc_backend *be, const qc_profile *profile, const char *name,
+                           const qc_case_input *in, qc_golden_case *out, qc_err *err);
 
 /* qc_case_free (qc_golden.h, harness/io/) frees the arrays of a case produced here. */
 

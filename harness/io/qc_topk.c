@@ -2,6 +2,7 @@
 #include "qc_topk.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 void qc_topk_tally_init(qc_topk_tally *t) {
@@ -133,4 +134,27 @@ int qc_topk_agree(const int32_t *ia, const float *la, const int32_t *ib, const f
         if (!m) ok &= (double)lb[j] <= (double)la[k - 1] + lim_lp + tie;
     }
     return ok;
+}
+
+int qc_topk_check_answer(const int32_t *ids, const float *lps, int rows, int k, int V,
+                         double lp_max, int pos0, char *why, size_t cap) {
+    for (int r = 0; r < rows; r++) {
+        const int32_t *id = ids + (size_t)r * (size_t)k;
+        const float *lp = lps + (size_t)r * (size_t)k;
+        for (int j = 0; j < k; j++) {
+            const char *bad = NULL;
+            if (id[j] < 0 || id[j] >= V) bad = "token id out of range";
+            else if (!isfinite(lp[j])) bad = "log-probability not finite";
+            else if ((double)lp[j] > lp_max) bad = "log-probability > 0";
+            else if (j > 0 && lp[j] > lp[j - 1]) bad = "log-probabilities not descending";
+            for (int q = 0; !bad && q < j; q++)
+                if (id[q] == id[j]) bad = "token id repeated in the row";
+            if (bad) {
+                snprintf(why, cap, "%s at position %d, entry %d of %d: id %d, log-probability "
+                         "%.9g (V = %d)", bad, pos0 + r, j, k, (int)id[j], (double)lp[j], V);
+                return -1;
+            }
+        }
+    }
+    return 0;
 }

@@ -16,6 +16,7 @@
 #ifndef QC_TOPK_H
 #define QC_TOPK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -63,5 +64,11 @@ double qc_topk_lp_limit(const qc_topk_lim *lim, const float *g, int V);
  * over the ids in both. */
 int qc_topk_agree(const int32_t *ia, const float *la, const int32_t *ib, const float *lb, int k,
                   double lim_lp, double tie, int *bitwise, double *maxd);
+
+/* A runtime's top-k answer of `rows` positions (absolute position pos0 + r) is well formed:
+ * every id in [0, V) and distinct within its row, every log-probability finite and <= lp_max,
+ * each row non-increasing. 0, or -1 with why = the first offence and its position. */
+int qc_topk_check_answer(const int32_t *ids, const float *lps, int rows, int k, int V,
+                         double lp_max, int pos0, char *why, size_t cap);
 
 #endif /* QC_TOPK_H */

@@ -13,7 +13,8 @@
  * (its hashes and config.json), so diff also compares them with the golden's.
  *
  * A server (--backend http:URL) is asked for top-k log-probabilities instead and the file is
- * a top-k ACTUAL (qc_record_http.c).
+ * a top-k ACTUAL (qc_record_http.c); so is a plugin / exec runtime that announces topk_only
+ * (its forward_topk rows, k = QC_RUNCASE_TOPK_DEFAULT; qc_runcase_topk.c).
  *
  * Errors: usage / I/O / format → exit 2 naming the file and the field; a runtime under test
  * that fails a case → exit 1 naming the case. Nothing is written unless every case ran (one
@@ -135,6 +136,8 @@ static qc_status like_run_case(const record_args *a, like_run *r, int i, qc_err 
     in.n_decode = gc->n_decode;
     in.forced = gc->n_decode > 0 ? gc->decode_tokens : NULL;
     in.capture_hidden = !a->no_hidden && (r->be->caps & QC_BE_CAP_HIDDEN);
+    /* a top-k-only runtime: top-k rows instead of logits, a top-k ACTUAL (qc_runcase_topk.c) */
+    in.topk = (r->be->caps & QC_BE_CAP_TOPK_ONLY) ? QC_RUNCASE_TOPK_DEFAULT : 0;
     qc_profile p;
     case_profile(gc, r->mode, &p);
     qc_golden_case *out = &r->cases[i];
@@ -199,8 +202,10 @@ int qc_record_like(const record_args *a) {
                           : r.g->n_cases > 0 && qc_record_has_router(&r.cases[0])
                               ? ", router choices" : ", no router choices (no router_topk trace)";
         printf("%s: wrote %s: %d case%s of %s on their inputs (%s prefill, teacher-forced "
-               "decode%s%s%s), %s\n", PROG, a->out, r.g->n_cases, r.g->n_cases == 1 ? "" : "s",
-               a->like, qc_mode_str(r.mode), hid ? "" : ", no hidden states",
+               "decode%s%s%s%s), %s\n", PROG, a->out, r.g->n_cases, r.g->n_cases == 1 ? "" : "s",
+               a->like, qc_mode_str(r.mode),
+               r.be->caps & QC_BE_CAP_TOPK_ONLY ? ", top-k log-probabilities only" : "",
+               hid ? "" : ", no hidden states",
                r.be->caps & QC_BE_CAP_STATE_READ ? "" : ", no states (no state_read)", moe,
                r.be->describe ? r.be->describe(r.be) : r.be->name);
         printf("%s: memory: peak resident %.2f GiB (planned %.2f GiB)\n", PROG,

@@ -81,6 +81,11 @@ void qc_backend_opts_default(qc_backend_opts *o);
 #define QC_BE_CAP_SNAPSHOT   (1u << 6) /* be->snapshot / be->restore */
 #define QC_BE_CAP_SEQUENCES  (1u << 7) /* be->select_seq */
 #define QC_BE_CAP_TRIM       (1u << 8) /* be->trim */
+/* A runtime that returns top-k log-probabilities only (be->forward_topk; its be->forward may
+ * fail). The case runner asks it for top-k rows (qc_case_input.topk) instead of logits; the
+ * check engine checks those rows (topk.*) and SKIPs every check that needs the logits, the
+ * hidden states or the state. Not in QC_BE_CAP_ALL. */
+#define QC_BE_CAP_TOPK_ONLY  (1u << 9) /* be->forward_topk */
 
 typedef struct qc_backend qc_backend;
 struct qc_backend {
@@ -115,6 +120,13 @@ struct qc_backend {
     qc_status (*select_seq)(qc_backend *be, int seq, qc_err *err);
     /* Drop positions n_pos.. of the current sequence (rollback). */
     qc_status (*trim)(qc_backend *be, int n_pos, qc_err *err);
+    /* ---- optional: a top-k-only runtime (QC_BE_CAP_TOPK_ONLY; NULL: not offered) ---- */
+    /* forward's call (same tokens, positions, state update; the caller checks the contract),
+     * with, per position of the call, the k ids of highest log-probability, descending, into
+     * ids [n, k] and their log-probabilities into lps [n, k] — validated (ids in [0, V) and
+     * distinct, finite, <= 1e-3, non-increasing): a bad answer is QC_ERR_RUNTIME naming it. */
+    qc_status (*forward_topk)(qc_backend *be, const int32_t *tokens, int n, int start_pos,
+                              int k, int32_t *ids, float *lps, qc_err *err);
 };
 
 /* The one entry point of a forward pass: validates the call contract above (status and message

@@ -56,11 +56,16 @@ enum {
 #define QC_CAP_SNAPSHOT    (1u << 6) /* snapshot / restore: the whole state of the sequence */
 #define QC_CAP_SEQUENCES   (1u << 7) /* select_sequence: several independent sequences */
 #define QC_CAP_TRIM        (1u << 8) /* trim: roll the sequence back to fewer positions */
+/* v1 minor addition (forward_topk, after trim; used only when struct_size covers it and the
+ * bit is announced): */
+#define QC_CAP_TOPK_ONLY   (1u << 9) /* forward_topk: top-k log-probabilities, no full logits */
 
 /* At least this many snapshot slots (0..QC_PLUGIN_MIN_SNAPSHOTS-1) with QC_CAP_SNAPSHOT, and
  * sequences (0..QC_PLUGIN_MIN_SEQUENCES-1) with QC_CAP_SEQUENCES. */
 #define QC_PLUGIN_MIN_SNAPSHOTS 8
 #define QC_PLUGIN_MIN_SEQUENCES 3
+/* forward_topk is asked for 1 <= k <= QC_PLUGIN_MAX_TOPK entries per position (k <= V). */
+#define QC_PLUGIN_MAX_TOPK 100
 
 /* State buffer kinds for get_state. */
 enum { QC_STATE_K_CACHE = 0, QC_STATE_V_CACHE = 1, QC_STATE_CONV = 2, QC_STATE_RECURRENT = 3 };
@@ -131,6 +136,20 @@ typedef struct qc_runtime_plugin {
      * consumed), so that the next forward starts at n_pos exactly as if they had never been
      * processed (speculative-decoding rollback; the recurrent state must come back too). */
     int (*trim)(void *handle, int32_t n_pos);
+
+    /* ---- optional v1 addition (top-k only): present when struct_size covers it ---- */
+    /* QC_CAP_TOPK_ONLY: a runtime that cannot return full logits (a served or fused-sampling
+     * runtime). Like forward (same tokens, positions and state update), but instead of the
+     * logits, per position i of the call (every position, all n of them) the k token ids of the
+     * highest log-probability in descending order, ids [n, k] (each in [0, V), distinct), and
+     * their log-probabilities log_softmax(logits)[id], logprobs [n, k] (finite, <= 0, non-
+     * increasing). 1 <= k <= min(V, QC_PLUGIN_MAX_TOPK). The harness validates the answer: a
+     * bad one (an id out of range, NaN, ascending values) FAILs the runtime. With this bit the
+     * harness calls forward_topk where it would call forward; forward (still mandatory) may
+     * answer QC_PLUGIN_UNSUPPORTED, and the checks that need full logits, hidden states or the
+     * state are SKIPPED ("capability 'topk_only'"). */
+    int (*forward_topk)(void *handle, const int32_t *tokens, int32_t n, int32_t start_pos,
+                        int32_t k, int32_t *ids, float *logprobs);
 } qc_runtime_plugin;
 
 typedef const qc_runtime_plugin *(*qc_runtime_plugin_entry_fn)(void);
@@ -139,6 +158,9 @@ typedef const qc_runtime_plugin *(*qc_runtime_plugin_entry_fn)(void);
 #define QC_PLUGIN_V1_SIZE (offsetof(qc_runtime_plugin, set_option) + sizeof(void *))
 /* The size that covers the lifecycle entries (snapshot .. trim). */
 #define QC_PLUGIN_LIFECYCLE_SIZE (offsetof(qc_runtime_plugin, trim) + sizeof(void *))
+/* The size that covers forward_topk (a plugin built before it has a smaller struct_size: the
+ * harness never reads the field, whatever the bit says). */
+#define QC_PLUGIN_TOPK_SIZE (offsetof(qc_runtime_plugin, forward_topk) + sizeof(void *))
 
 #ifdef __cplusplus
 }

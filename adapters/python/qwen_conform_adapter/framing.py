@@ -14,6 +14,11 @@ PREFIX = struct.Struct("<4sIQ")          # magic, header_len, payload_len
 MAX_HEADER = 1 << 20
 MAX_PAYLOAD = 1 << 40                    # sanity bound on what a reader will try to read
 F32 = np.dtype("<f4")
+I32 = np.dtype("<i4")
+
+
+def _is_i32(a):
+    return isinstance(a, np.ndarray) and a.dtype.kind == "i" and a.dtype.itemsize == 4
 
 
 class ProtocolError(Exception):
@@ -64,10 +69,12 @@ def read_frame(stream):
 
 
 def encode_frame(header, tensors=()):
-    """The bytes of one frame. tensors: [(name, array)], sent as float32 LE in that order; their
+    """The bytes of one frame. tensors: [(name, array)], sent as float32 LE in that order (an
+    int32 numpy array as int32 LE: the top-k ids of a topk_only answer); their
     names and shapes are added to the header as "tensors" (the header dict is not modified)."""
     header = dict(header)
-    arrays = [(name, np.ascontiguousarray(a, dtype=F32)) for name, a in tensors]
+    arrays = [(name, np.ascontiguousarray(a, dtype=I32 if _is_i32(a) else F32))
+              for name, a in tensors]
     if arrays:
         header["tensors"] = [{"name": n, "shape": [int(d) for d in a.shape]} for n, a in arrays]
     raw = json.dumps(header, allow_nan=False, separators=(",", ":")).encode("utf-8")
@@ -82,7 +89,8 @@ def write_frame(stream, header, tensors=()):
 
 
 def decode_tensors(header, payload):
-    """{name: float32 array} from a frame's header "tensors" list and payload (in order);
+    """{name: float32 array (topk_ids: int32)} from a frame's header "tensors" list and payload
+    (in order);
     ProtocolError when payload_len is not 4 x the listed element count."""
     specs = header.get("tensors", [])
     if not isinstance(specs, list):
@@ -99,8 +107,9 @@ def decode_tensors(header, payload):
         if off + n > len(payload):
             raise ProtocolError("payload of %d bytes is shorter than the tensors listed"
                                 % len(payload))
-        out[name] = (np.frombuffer(payload, dtype=F32, count=n // 4, offset=off).reshape(shape)
-                     if n else np.zeros(shape, dtype=F32))
+        dt = I32 if name == "topk_ids" else F32   # the one int32 tensor (topk_only)
+        out[name] = (np.frombuffer(payload, dtype=dt, count=n // 4, offset=off).reshape(shape)
+                     if n else np.zeros(shape, dtype=dt))
         off += n
     if off != len(payload):
         raise ProtocolError("payload_len %d != %d bytes of the tensors listed" % (len(payload), off))

@@ -5,7 +5,8 @@ Capabilities are announced only for the optional methods a subclass overrides: `
 `options_supported` (which needs `set_option` overridden) -> "threads" / "dn_kernel" /
 "chunk_size"; `snapshot` and `restore` (both) -> "snapshot", `select_sequence` -> "sequences",
 `trim` -> "trim" (the state lifecycle checks: snapshot_restore, rollback, prefix_reuse,
-multi_sequence, ...).
+multi_sequence, ...); `forward_topk` -> "topk_only" (a runtime that returns top-k
+log-probabilities only: it need not define `forward`).
 """
 import numpy as np
 
@@ -41,6 +42,14 @@ class Runtime:
         """tokens: int32 [n] at positions start_pos .. start_pos+n-1; update the state and return
         the logits of every position, [n, V] (anything float32-castable)."""
         raise NotImplementedError("Runtime.forward")
+
+    def forward_topk(self, tokens, start_pos, k):
+        """Instead of forward, for a runtime that cannot return full logits (announced as
+        "topk_only"): tokens int32 [n] at positions start_pos..; update the state and return
+        (ids [n, k], logprobs [n, k]): per position the k token ids of highest log-probability,
+        descending, and their log-probabilities (log_softmax of the logits). The helper checks
+        them (shape, ids distinct in [0, V), finite, <= 0, descending) before sending."""
+        raise Unsupported("top-k only")
 
     # ---- optional: announced only when overridden ----------------------------------------------
     def hidden(self):
@@ -109,6 +118,8 @@ def capabilities(runtime):
         life.append("sequences")
     if overrides(runtime, "trim"):
         life.append("trim")
+    if overrides(runtime, "forward_topk"):
+        life.append("topk_only")
     return caps + [o for o in OPTION_NAMES if o in opts] + life
 
 

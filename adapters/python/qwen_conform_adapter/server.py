@@ -81,6 +81,21 @@ def parse_options(text):
     return out
 
 
+def _topk_offence(ids, lps, V):
+    """The first (row, entry, what) wrong in a top-k answer, or None."""
+    for r in range(ids.shape[0]):
+        for j in range(ids.shape[1]):
+            i, lp = ids[r, j], lps[r, j]
+            what = ("token id out of range" if not 0 <= i < V else
+                    "log-probability not finite" if not np.isfinite(lp) else
+                    "log-probability > 0" if lp > 1e-3 else
+                    "log-probabilities not descending" if j and lp > lps[r, j - 1] else
+                    "token id repeated in the row" if i in ids[r, :j] else None)
+            if what:
+                return r, j, what
+    return None
+
+
 class _Session:
     """One conversation: the runtime, what open() established, the request handlers."""
 
@@ -144,6 +159,8 @@ class _Session:
         if want_hidden and "hidden" not in self.caps:
             raise Refused("hidden states asked for but not announced")
         self.rt.hidden_requested = bool(want_hidden)
+        if h.get("topk") is not None:
+            return {}, self._forward_topk(h, np.asarray(toks, dtype=np.int32), start, V)
         logits = as_f32(self.rt.forward(np.asarray(toks, dtype=np.int32), start), "logits")
         if logits.shape != (n, V):
             raise Refused("forward returned logits of shape %s, expected %s (every position)"
@@ -156,6 +173,31 @@ class _Session:
                               % (tuple(hid.shape), (L + 1, n, H)))
             out.append(("hidden", hid))
         return {}, out
+
+    def _forward_topk(self, h, toks, start, V):
+        """A topk_only forward: [("topk_ids", int32 [n, k]), ("topk_logprobs", f32 [n, k])]."""
+        if "topk_only" not in self.caps:
+            raise Refused("topk asked for but topk_only not announced")
+        k, n = _int(h, "topk", 1), len(toks)
+        if k > min(V, 100):
+            raise Refused("topk %d outside 1 .. %d" % (k, min(V, 100)))
+        got = self.rt.forward_topk(toks, start, k)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise Refused("forward_topk must return (ids, logprobs)")
+        ids = np.asarray(got[0].detach().cpu().numpy() if hasattr(got[0], "detach") else got[0])
+        lps = as_f32(got[1], "logprobs")
+        if ids.shape != (n, k) or lps.shape != (n, k):
+            raise Refused("forward_topk returned ids %s and logprobs %s, expected %s each"
+                          % (tuple(ids.shape), tuple(lps.shape), (n, k)))
+        if ids.dtype.kind not in "iu" and not (ids.dtype.kind == "f" and
+                                              np.all(np.floor(ids) == ids)):
+            raise Refused("forward_topk ids are not integers (%s)" % ids.dtype)
+        bad = _topk_offence(ids.astype(np.int64), lps, V)
+        if bad:
+            r, j, what = bad
+            raise Refused("forward_topk: %s at position %d, entry %d (id %s, logprob %r)"
+                          % (what, start + r, j, ids[r, j], float(lps[r, j])))
+        return [("topk_ids", ids.astype(np.int32)), ("topk_logprobs", lps)]
 
     def op_get_state(self, h):
         n_pos = _int(h, "n_pos")
