@@ -6,7 +6,9 @@
  *   shift    each position answers the previous position's row (off by one)
  *   badid    position 2's first id is V (out of range)
  *   nan      position 2's second log-probability is NaN
- *   ascend   position 2's row in ascending order */
+ *   ascend   position 2's row in ascending order
+ * -DTOPK_OLD_STRUCT: struct_size = QC_PLUGIN_LIFECYCLE_SIZE (a plugin built before forward_topk:
+ * the harness ignores the bit and the entry). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -156,7 +158,11 @@ static const char *tp_last_error(void *h) { return h ? ((tp *)h)->err : open_err
 
 static const qc_runtime_plugin api = {
     .abi_version = QC_PLUGIN_ABI_VERSION,
+#ifdef TOPK_OLD_STRUCT /* built before forward_topk: the harness must never read the entry */
+    .struct_size = QC_PLUGIN_LIFECYCLE_SIZE,
+#else
     .struct_size = sizeof(qc_runtime_plugin),
+#endif
     .open = tp_open,
     .reset = tp_reset,
     .forward = tp_forward,
