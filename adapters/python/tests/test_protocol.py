@@ -381,3 +381,40 @@ def test_host_gone_mid_answer(toy_model_dir):
             raise BrokenPipeError(32, "Broken pipe")
     rd = io.BytesIO(b"".join(framing.encode_frame(r) for r in opened(toy_model_dir)))
     assert serve(Toy(), rd, Gone()) == 1
+
+
+class ToyTopk(Runtime):
+    """Top-k only: forward_topk, no forward; mode 'bad' answers an id out of range."""
+    def __init__(self, mode=None):
+        self.mode = mode
+
+    def reset(self):
+        pass
+
+    def forward_topk(self, tokens, start_pos, k):
+        z = Toy().forward(tokens, start_pos)
+        lp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        ids = np.argsort(-lp, axis=1)[:, :k]
+        lps = np.take_along_axis(lp, ids, axis=1)
+        if self.mode == "bad":
+            ids[0, 0] = V
+        return ids, lps
+
+
+def test_topk_only(toy_model_dir):
+    assert capabilities(ToyTopk()) == ["topk_only"]
+    fwd = {"op": "forward", "tokens": [1, 2], "start_pos": 0, "all_logits": True,
+           "hidden": False, "topk": 3}
+    rc, fr = converse(ToyTopk(), [{"op": "open", "model_dir": toy_model_dir}, fwd,
+                                  dict(fwd, topk=V + 1), {"op": "close"}])
+    assert rc == 0 and fr[1][0]["info"]["capabilities"] == ["topk_only"]
+    h, t = fr[2]
+    assert h["type"] == "ok" and [e["name"] for e in h["tensors"]] == ["topk_ids", "topk_logprobs"]
+    assert t["topk_ids"].dtype == np.int32 and t["topk_ids"].shape == (2, 3)
+    assert t["topk_ids"][0].tolist() == [7, 6, 5] and np.all(np.diff(t["topk_logprobs"]) <= 0)
+    assert fr[3][0]["type"] == "error" and "topk 9 outside" in fr[3][0]["message"]
+    rc, fr = converse(ToyTopk("bad"), [{"op": "open", "model_dir": toy_model_dir}, fwd])
+    assert fr[2][0]["type"] == "error" and "token id out of range at position 0" in fr[2][0]["message"]
+    # topk to a runtime that did not announce it: refused
+    rc, fr = converse(Toy(), [{"op": "open", "model_dir": toy_model_dir}, fwd])
+    assert fr[2][0]["type"] == "error" and "topk_only not announced" in fr[2][0]["message"]
