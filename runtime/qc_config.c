@@ -8,7 +8,9 @@
  *   - layer_types, else full_attention_interval (default 4): layer i full iff (i+1) % n == 0;
  *   - tie_word_embeddings: text, then top level, default false (HF class default);
  *   - head_dim default hidden_size / num_attention_heads; rms_norm_eps default 1e-6;
- *     max_position_embeddings default 32768 (informational).
+ *     max_position_embeddings default 32768 (informational);
+ *   - attn_output_gate absent or true, output_gate_type absent, "swish" or "silu" (check_gates:
+ *     any other value is another model and is refused); mamba_ssm_dtype and mtp_* not read.
  * Every message names the file and the field path, e.g.
  *   "m/config.json: text_config.linear_num_value_heads: 3 is not a multiple of ...".
  *
@@ -412,9 +414,39 @@ static qc_status parse_dims(cfg_ctx *c, qc_config *cfg, int moe) {
     return QC_OK;
 }
 
+/* The two output gates (docs/qwen35-model.md 2.2, "Gates"): attn_output_gate absent or true
+ * (the sigmoid gate of section 7.5; false would be an ungated q_proj of nh*hd rows);
+ * output_gate_type absent, "swish" or "silu" (the silu(z) of the gated RMSNorm, section 6.2;
+ * "sigmoid" is the gate of another architecture, qwen4_exp). Anything else changes the math. */
+static qc_status check_gates(cfg_ctx *c) {
+    char d[96], b[80];
+    const cJSON *ag = get(c->tc, "attn_output_gate");
+    if (ag && !cJSON_IsBool(ag))
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %sattn_output_gate: expected true or false, got %s",
+                       c->path, c->pfx, describe(ag, d, sizeof d));
+    if (ag && cJSON_IsFalse(ag))
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %sattn_output_gate: false is not supported (true: the attention output "
+                       "is gated by sigmoid of the second half of each q_proj head)",
+                       c->path, c->pfx);
+    const cJSON *og = get(c->tc, "output_gate_type");
+    if (!og || (cJSON_IsString(og) && (!strcmp(og->valuestring, "swish") ||
+                                       !strcmp(og->valuestring, "silu"))))
+        return QC_OK;
+    if (cJSON_IsString(og))
+        return qc_errf(c->err, QC_ERR_UNSUPPORTED,
+                       "%s: %soutput_gate_type: '%s' is not supported (swish, silu)", c->path,
+                       c->pfx, clean(og->valuestring, b, sizeof b));
+    return qc_errf(c->err, QC_ERR_FORMAT,
+                   "%s: %soutput_gate_type: expected a string (swish, silu), got %s", c->path,
+                   c->pfx, describe(og, d, sizeof d));
+}
+
 /* Fields whose other values would change the math: reject rather than compute wrongly. */
 static qc_status check_unsupported(cfg_ctx *c) {
     char d[96];
+    qc_status st = check_gates(c);
+    if (st) return st;
     const cJSON *act = get(c->tc, "hidden_act");
     if (act && !(cJSON_IsString(act) &&
                  (!strcmp(act->valuestring, "silu") || !strcmp(act->valuestring, "swish"))))
@@ -639,6 +671,11 @@ qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err) {
         {"35b-a3b", 2048, 0, 40, 16, 2, 32, 0, 256, 8, 512, 512},
         {"122b-a10b", 3072, 0, 48, 32, 2, 64, 0, 256, 8, 1024, 1024},
         {"397b-a17b", 4096, 0, 60, 32, 2, 64, 0, 512, 10, 1024, 1024},
+        /* Qwen3.5-27B (= Qwen3.6-27B = Qwen3.8-27B: one layer geometry, 16 key / 48 value
+         * heads) and Qwen3.8-2.4T-A95B (the Qwen3.5-MoE architecture at 92 layers, 16 key /
+         * 128 value heads); sources and the unconfirmed fields: docs/qwen35-model.md 2.6 */
+        {"27b", 5120, 17408, 64, 24, 4, 48, 0, 0, 0, 0, 0},
+        {"2.4t-a95b", 8192, 0, 92, 64, 4, 128, 0, 512, 10, 2048, 2048},
     };
     QC_ASSERT(cfg);
     for (size_t k = 0; name && k < sizeof P / sizeof P[0]; k++) {
@@ -672,8 +709,8 @@ qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err) {
         return QC_OK;
     }
     return qc_errf(err, QC_ERR_ARG,
-                   "unknown model preset \"%s\" (0.8b, 2b, 4b, 9b, 35b-a3b, 122b-a10b or "
-                   "397b-a17b)",
+                   "unknown model preset \"%s\" (0.8b, 2b, 4b, 9b, 27b, 35b-a3b, 122b-a10b, "
+                   "397b-a17b or 2.4t-a95b)",
                    name ? name : "(null)");
 }
 

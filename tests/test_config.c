@@ -268,8 +268,115 @@ START_TEST(test_presets) {
     ck_assert_int_eq(c.n_heads, 16);
     ck_assert_int_eq(c.n_kv_heads, 4);
     ck_assert_int_eq(c.tie_word_embeddings, 0);
-    ck_assert_int_eq(qc_config_preset("27b", &c, &e), QC_ERR_ARG);
-    ck_assert_ptr_nonnull(strstr(e.msg, "27b"));
+    ck_assert_int_eq(qc_config_preset("7b", &c, &e), QC_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "\"7b\""));
+    ck_assert_ptr_nonnull(strstr(e.msg, "2.4t-a95b"));
+}
+END_TEST
+
+/* Qwen3.5/3.6/3.8-27B and Qwen3.8-2.4T-A95B (docs/qwen35-model.md 2.6, with the sources). */
+START_TEST(test_presets_27b_2_4t) {
+    qc_config c;
+    qc_err e;
+    ck_assert_int_eq(qc_config_preset("27b", &c, &e), QC_OK);
+    ck_assert_int_eq(c.vocab_size, 248320);
+    ck_assert_int_eq(c.hidden_size, 5120);
+    ck_assert_int_eq(c.intermediate_size, 17408);
+    ck_assert_int_eq(c.n_layers, 64);
+    ck_assert_int_eq(c.n_heads, 24);
+    ck_assert_int_eq(c.n_kv_heads, 4);
+    ck_assert_int_eq(c.head_dim, 256);
+    ck_assert_int_eq(c.lin_n_k_heads, 16);
+    ck_assert_int_eq(c.lin_n_v_heads, 48); /* r = 3 */
+    ck_assert_int_eq(c.lin_k_dim, 128);
+    ck_assert_int_eq(c.lin_v_dim, 128);
+    ck_assert_int_eq(qc_cfg_conv_dim(&c), 10240);
+    ck_assert_int_eq(c.tie_word_embeddings, 0);
+    ck_assert_int_eq(qc_cfg_is_moe(&c), 0);
+    int full = 0;
+    for (int i = 0; i < 64; i++) full += c.layer_types[i] == QC_LAYER_FULL;
+    ck_assert_int_eq(full, 16);
+    ck_assert_int_eq(c.layer_types[63], QC_LAYER_FULL);
+    ck_assert_int_eq(qc_config_preset("2.4t-a95b", &c, &e), QC_OK);
+    ck_assert_int_eq(c.vocab_size, 248320);
+    ck_assert_int_eq(c.hidden_size, 8192);
+    ck_assert_int_eq(c.intermediate_size, 0);
+    ck_assert_int_eq(c.n_layers, 92);
+    ck_assert_int_eq(c.n_heads, 64);
+    ck_assert_int_eq(c.n_kv_heads, 4);
+    ck_assert_int_eq(c.head_dim, 256);
+    ck_assert_int_eq(c.lin_n_k_heads, 16);
+    ck_assert_int_eq(c.lin_n_v_heads, 128); /* r = 8 */
+    ck_assert_int_eq(qc_cfg_conv_dim(&c), 20480);
+    ck_assert_int_eq(c.n_experts, 512);
+    ck_assert_int_eq(c.n_experts_per_tok, 10);
+    ck_assert_int_eq(c.moe_intermediate_size, 2048);
+    ck_assert_int_eq(c.shared_expert_intermediate_size, 2048);
+    ck_assert_int_eq(c.tie_word_embeddings, 0);
+    full = 0;
+    for (int i = 0; i < 92; i++) full += c.layer_types[i] == QC_LAYER_FULL;
+    ck_assert_int_eq(full, 23); /* 69 linear + 23 full */
+    /* what the presets write is what the parser reads back */
+    char *json = NULL;
+    ck_assert_int_eq(qc_config_to_json(&c, &json, &e), QC_OK);
+    qc_config back;
+    ck_assert_int_eq(qc_config_parse(json, strlen(json), "p/config.json", &back, &e), QC_OK);
+    free(json);
+    ck_assert_int_eq(back.n_layers, 92);
+    ck_assert_int_eq(back.lin_n_v_heads, 128);
+    ck_assert_int_eq(back.moe_intermediate_size, 2048);
+}
+END_TEST
+
+/* attn_output_gate and output_gate_type (docs/qwen35-model.md 2.2): the values this toolkit
+ * computes load, every other value is refused naming file, field and value. Fails if either
+ * field is ignored. */
+START_TEST(test_gates) {
+    qc_config c;
+    qc_err e;
+    const char *ok[] = {"text_config.output_gate_type=\"swish\"",
+                        "text_config.output_gate_type=\"silu\"",
+                        "text_config.output_gate_type=null", "text_config.attn_output_gate=true",
+                        "text_config.attn_output_gate=null", NULL};
+    for (int i = 0; ok[i]; i++) {
+        const char *ed[] = {ok[i], NULL};
+        ck_assert_msg(parse_edit(BASE_NESTED, ed, &c, &e) == QC_OK, "%s: %s", ok[i], e.msg);
+    }
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: text_config.output_gate_type: 'sigmoid' is not supported (swish, silu)",
+               "text_config.output_gate_type=\"sigmoid\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED, "output_gate_type: 'Swish' is not supported",
+               "text_config.output_gate_type=\"Swish\"");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.output_gate_type: expected a string (swish, silu), got 1",
+               "text_config.output_gate_type=1");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_UNSUPPORTED,
+               "m/config.json: text_config.attn_output_gate: false is not supported",
+               "text_config.attn_output_gate=false");
+    EXPECT_ERR(BASE_NESTED, QC_ERR_FORMAT,
+               "m/config.json: text_config.attn_output_gate: expected true or false, got a string",
+               "text_config.attn_output_gate=\"yes\"");
+    /* flat: the field path has no prefix */
+    char *flat = flat_legacy();
+    EXPECT_ERR(flat, QC_ERR_UNSUPPORTED,
+               "m/config.json: output_gate_type: 'sigmoid' is not supported (swish, silu)",
+               "output_gate_type=\"sigmoid\"");
+    const char *sw[] = {"output_gate_type=\"swish\"", "attn_output_gate=true", NULL};
+    ck_assert_int_eq(parse_edit(flat, sw, &c, &e), QC_OK);
+    /* a MoE config is checked the same way (Qwen3.8-2.4T-A95B is qwen3_5_moe_text) */
+    const char *moe[] = {"text_config.model_type=\"qwen3_5_moe_text\"",
+                         "model_type=\"qwen3_5_moe\"",
+                         "architectures=[\"Qwen3_5MoeForConditionalGeneration\"]",
+                         "text_config.intermediate_size", "text_config.num_experts=8",
+                         "text_config.num_experts_per_tok=2",
+                         "text_config.moe_intermediate_size=16",
+                         "text_config.shared_expert_intermediate_size=16",
+                         "text_config.output_gate_type=\"sigmoid\"", NULL};
+    ck_assert_int_eq(parse_edit(BASE_NESTED, moe, &c, &e), QC_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "text_config.output_gate_type: 'sigmoid'"));
+    moe[8] = "text_config.output_gate_type=\"swish\"";
+    ck_assert_msg(parse_edit(BASE_NESTED, moe, &c, &e) == QC_OK, "%s", e.msg);
+    free(flat);
 }
 END_TEST
 
@@ -563,11 +670,13 @@ int main(void) {
     tcase_add_test(ok, test_tie_rules);
     tcase_add_test(ok, test_defaults_head_dim_eps);
     tcase_add_test(ok, test_presets);
+    tcase_add_test(ok, test_presets_27b_2_4t);
     suite_add_tcase(s, ok);
     TCase *bad = tcase_create("malformed");
     tcase_add_test(bad, test_bad_json);
     tcase_add_test(bad, test_bad_fields);
     tcase_add_test(bad, test_bad_consistency);
+    tcase_add_test(bad, test_gates);
     tcase_add_test(bad, test_load_missing_file);
     tcase_add_test(bad, test_load_not_regular);
     suite_add_tcase(s, bad);

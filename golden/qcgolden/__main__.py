@@ -13,7 +13,8 @@ From golden/ (or with PYTHONPATH=golden), the same as a module:
         len(history)); margins are recorded but not enforced (a warning below 0.05)
   write-model --fixture NAME --out DIR [--force]
         write one fixture checkpoint (see qcgolden/fixtures.py) somewhere else
-  write-model --preset 0.8b|2b|4b|9b|35b-a3b|122b-a10b|397b-a17b --dtype bf16|f32|f16 --out DIR
+  write-model --preset 0.8b|2b|4b|9b|27b|35b-a3b|122b-a10b|397b-a17b|2.4t-a95b
+        --dtype bf16|f32|f16 --out DIR
         [--seed N] [--layers N] [--shards N | --max-shard-size SIZE] [--force]
         a seeded synthetic checkpoint with a preset's real dimensions (the C presets of
         `qwen-conform bench --synthetic`), written tensor by tensor (qcgolden/preset.py)
@@ -658,7 +659,8 @@ def build_parser():
                        help="write a fixture checkpoint, or a synthetic one of a preset's size")
     w.add_argument("--fixture", help="a committed fixture's checkpoint (qcgolden/fixtures.py)")
     w.add_argument("--preset", help="a seeded synthetic checkpoint with this preset's real "
-                   "dimensions (0.8b, 2b, 4b, 9b, 35b-a3b, 122b-a10b, 397b-a17b)")
+                   "dimensions (0.8b, 2b, 4b, 9b, 27b, 35b-a3b, 122b-a10b, 397b-a17b, "
+                   "2.4t-a95b)")
     w.add_argument("--dtype", help="(--preset) storage dtype bf16 (default), f32 or f16")
     w.add_argument("--seed", type=_int_arg("--seed", 0, 2 ** 32 - 1), default=None,
                    metavar="N", help="(--preset) weights seed (default 1)")

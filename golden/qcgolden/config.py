@@ -133,6 +133,26 @@ def _moe_ints(tc, w):
     return m
 
 
+OUTPUT_GATE_TYPES = ("swish", "silu")   # the silu(z) of the DeltaNet gated RMSNorm
+
+
+def _check_gates(tc, w):
+    """The two output gates (docs/qwen35-model.md 2.2): attn_output_gate absent (null) or true
+    (the sigmoid gate on the attention output; false would be an ungated q_proj);
+    output_gate_type absent (null), "swish" or "silu" (the silu of the gated RMSNorm; "sigmoid"
+    is another architecture's, qwen4_exp). Any other value changes the math: refused."""
+    ag = tc.get("attn_output_gate")
+    if ag is not None and not isinstance(ag, bool):
+        raise ConfigError("%s: field attn_output_gate = %.40r is not true/false" % (w, ag))
+    if ag is False:
+        raise ConfigError("%s: attn_output_gate: false is not supported (true: the attention "
+                          "output is gated by sigmoid of the second half of each q_proj head)" % w)
+    og = tc.get("output_gate_type")
+    if og is not None and (not isinstance(og, str) or og not in OUTPUT_GATE_TYPES):
+        raise ConfigError("%s: output_gate_type: %.40r is not supported (%s)"
+                          % (w, og, ", ".join(OUTPUT_GATE_TYPES)))
+
+
 def parse(cfg, where="config.json"):
     """TextConfig from the parsed config.json object."""
     if not isinstance(cfg, dict):
@@ -189,6 +209,7 @@ def parse(cfg, where="config.json"):
         raise ConfigError("%s: hidden_act %.80r (only silu)" % (w, tc.get("hidden_act")))
     if _opt_bool(tc, "attention_bias", False, w):
         raise ConfigError("%s: attention_bias true is not Qwen3.5" % w)
+    _check_gates(tc, w)
 
     c = TextConfig(rms_norm_eps=eps, rope_theta=theta,
                    partial_rotary_factor=prf, tie_word_embeddings=tie,

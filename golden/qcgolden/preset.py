@@ -40,6 +40,9 @@ PRESETS = {
     "35b-a3b": (2048, 0, 40, 16, 2, 32, 0, 256, 8, 512, 512),
     "122b-a10b": (3072, 0, 48, 32, 2, 64, 0, 256, 8, 1024, 1024),
     "397b-a17b": (4096, 0, 60, 32, 2, 64, 0, 512, 10, 1024, 1024),
+    # Qwen3.5-27B (= Qwen3.6-27B = Qwen3.8-27B) and Qwen3.8-2.4T-A95B (docs/qwen35-model.md 2.6)
+    "27b": (5120, 17408, 64, 24, 4, 48, 0, 0, 0, 0, 0),
+    "2.4t-a95b": (8192, 0, 92, 64, 4, 128, 0, 512, 10, 2048, 2048),
 }
 # the fields every preset shares (qc_config_preset)
 COMMON = dict(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,

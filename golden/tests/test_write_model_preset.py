@@ -247,3 +247,54 @@ def test_cli_checkpoint_has_the_c_presets_size(tmp_path):
     file_bytes = sum(os.path.getsize(d / f) for f in os.listdir(d) if f.endswith(".safetensors"))
     assert mine["weights"]["total_bytes"] <= file_bytes
     assert abs(mine["weights"]["total_bytes"] - syn["weights"]["total_bytes"]) <= 64 * ntensors
+
+
+# ------------------------------------------------------------------------------------------------
+# Qwen3.5/3.6/3.8-27B and Qwen3.8-2.4T-A95B (issue #27 item 6; sources: docs/qwen35-model.md 2.6)
+# ------------------------------------------------------------------------------------------------
+
+def n_params(s):
+    return sum(int(np.prod(shape)) for _, _, _, shape in preset.entries(s))
+
+
+def test_new_presets_have_their_names_parameter_counts():
+    """The dimensions, multiplied out, give the size in the model's name: 27B dense (the text
+    model without the vision tower and the MTP head) and 2.4T total / ~95B active."""
+    assert 26.5e9 < n_params(preset.spec("27b", "bf16")) < 27.5e9
+    s = preset.spec("2.4t-a95b", "bf16")
+    total = n_params(s)
+    assert 2.35e12 < total < 2.45e12
+    H, _, L, _, _, _, _, E, k, Ie, _ = preset.PRESETS["2.4t-a95b"]
+    active = total - L * (E - k) * 3 * Ie * H          # the unchosen routed experts
+    assert 88e9 < active < 96e9
+    cfg = s.text_config()
+    assert (cfg.linear_num_key_heads, cfg.linear_num_value_heads) == (16, 128)
+    assert cfg.layer_types.count(qconfig.FULL) == 23 and cfg.conv_dim == 20480
+    c27 = preset.spec("27b", "bf16").text_config()
+    assert (c27.linear_num_key_heads, c27.linear_num_value_heads, c27.conv_dim) == (16, 48, 10240)
+
+
+def test_new_presets_layers_bound(tmp_path):
+    r = gen("write-model", "--preset", "2.4t-a95b", "--layers", "93", "--out", tmp_path / "m")
+    assert r.returncode == 2 and "92 layers" in r.stderr, r.stderr
+    r = gen("write-model", "--preset", "27b", "--layers", "65", "--out", tmp_path / "m")
+    assert r.returncode == 2 and "64 layers" in r.stderr, r.stderr
+    assert not (tmp_path / "m").exists()
+
+
+@have_bin
+def test_c_loader_loads_a_27b_preset_checkpoint(tmp_path):
+    """`write-model --preset 27b --layers 2` with a test vocabulary (the full 248320 x 5120
+    embedding and head are 5 GB more of the same two tensors): the C loader loads it (the
+    bench runs on it) and holds every weight byte the preset's tensors have (BF16, A_log and
+    the gated-norm weight F32; up to 64 bytes of alignment a tensor)."""
+    d = tmp_path / "m"
+    s = preset.spec("27b", "bf16", layers=2, vocab_size=512)
+    assert preset.write(s, str(d)) == ["config.json", "model.safetensors"]
+    cfg = json.loads((d / "config.json").read_text())["text_config"]
+    assert (cfg["hidden_size"], cfg["intermediate_size"], cfg["linear_num_value_heads"],
+            cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (5120, 17408, 48, 24, 4)
+    mine = bench_json(tmp_path, "m27", "--model", d)["config"]
+    ents = preset.entries(s)
+    want = sum(preset._nbytes(dt, sh) for _, _, dt, sh in ents)
+    assert want <= mine["weights"]["total_bytes"] <= want + 64 * len(ents)

@@ -18,8 +18,9 @@
 /* ===================================================================================== */
 
 const char bench_usage[] =
-    "usage: qwen-conform bench --model DIR | --synthetic 0.8b|2b|4b|9b|35b-a3b|122b-a10b|397b-a17b\n"
-    "       [--layers N] [options]\n"
+    "usage: qwen-conform bench --model DIR\n"
+    "       | --synthetic 0.8b|2b|4b|9b|27b|35b-a3b|122b-a10b|397b-a17b|2.4t-a95b [--layers N]\n"
+    "       [options]\n"
     "  --dtype bf16|f32|f16|q8_0 synthetic weight dtype (default bf16; q8_0: projections Q8_0, the rest BF16)\n"
     "  --prompt N[,N...]        dynamic prefill lengths, llama-bench pp N (default 512)\n"
     "  --depth D[,D...]         decode at these depths (positions already in the cache),\n"

@@ -1,6 +1,7 @@
 /* qc_cmd_bench.c — `qwen-conform bench`: the performance comparison report.
  *
- *   qwen-conform bench --model DIR | --synthetic 0.8b|2b|4b|9b|35b-a3b|122b-a10b|397b-a17b
+ *   qwen-conform bench --model DIR
+ *                      | --synthetic 0.8b|2b|4b|9b|27b|35b-a3b|122b-a10b|397b-a17b|2.4t-a95b
  *       [--layers N] [--dtype bf16|f32|f16|q8_0]
  *       [--prompt N,...] [--depth D,...] [--threads T,...] [--static-prompt N] [--decode M]
  *       [--max-seq-len L] [--ref-prompt N] [--ref-decode M] [--reps R] [--warmup W]

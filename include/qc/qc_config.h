@@ -53,7 +53,10 @@ static inline int qc_cfg_conv_dim(const qc_config *c) {
 }
 
 /* Parse config JSON text (len bytes, need not be NUL-terminated). `path` is used in messages
- * only. Validates every field (present, integral, positive, consistent). */
+ * only. Validates every field (present, integral, positive, consistent); a field whose value
+ * would change the math from what the backends compute (hidden_act, attention_bias, rope_type,
+ * attn_output_gate false, an output_gate_type other than swish / silu, ...) is
+ * QC_ERR_UNSUPPORTED naming the file, the field and the value. */
 qc_status qc_config_parse(const char *json, size_t len, const char *path, qc_config *cfg,
                           qc_err *err);
 
@@ -64,8 +67,9 @@ qc_status qc_config_load(const char *model_dir, qc_config *cfg, qc_err *err);
  * config). *json is malloc'd; free it. */
 qc_status qc_config_to_json(const qc_config *cfg, char **json, qc_err *err);
 
-/* The real Qwen3.5 dimensions: name is "0.8b", "2b", "4b", "9b" (dense) or "35b-a3b",
- * "122b-a10b", "397b-a17b" (MoE). */
+/* The real Qwen3.5-family dimensions: name is "0.8b", "2b", "4b", "9b", "27b" (dense; 27b is
+ * also Qwen3.6-27B and Qwen3.8-27B) or "35b-a3b", "122b-a10b", "397b-a17b", "2.4t-a95b" (MoE;
+ * the last is Qwen3.8-2.4T-A95B). docs/qwen35-model.md 2.6 gives the sources. */
 qc_status qc_config_preset(const char *name, qc_config *cfg, qc_err *err);
 
 #endif /* QC_CONFIG_H */
