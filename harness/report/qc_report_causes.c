@@ -136,7 +136,8 @@ static void gather(const work *w, evid *e) {
         e->hid_fail |= !strcmp(x->check, "prefill.hidden");
         if (!e->hid_miss && !strcmp(x->check, "prefill.hidden"))
             e->hid_miss = strstr(x->keyline, "first missing position");
-        if (x->loc.kind != QC_LOC_NONE && x->loc.step >= 0 && (e->step < 0 || x->loc.step < e->step))
+        if (x->loc.kind != QC_LOC_NONE && x->loc.step >= 0 &&
+            (e->step < 0 || x->loc.step < e->step))
             e->step = x->loc.step;
         int fr = first_row(x);
         if (fr >= 0 && !strcmp(x->check, "prefill.logits") && (e->pos < 0 || fr < e->pos))
@@ -170,7 +171,8 @@ static void loc_phrase(const work *w, const evid *e, char *b, size_t n) {
             snprintf(b, n, "layer %d%s, MoE block: the router chose the same experts, expert %d "
                      "with another weight", L->layer, at, L->expert_expected);
         else if (!strcmp(L->block, "moe"))
-            snprintf(b, n, "layer %d%s, MoE block (moe_in, the mixer output, agrees)", L->layer, at);
+            snprintf(b, n, "layer %d%s, MoE block (moe_in, the mixer output, agrees)", L->layer,
+                     at);
         else if (!strcmp(L->block, "mixer"))
             snprintf(b, n, "layer %d%s, mixer (moe_in, the mixer output, already differs)",
                      L->layer, at);
@@ -218,8 +220,8 @@ static void loc_phrase(const work *w, const evid *e, char *b, size_t n) {
         snprintf(b + k, n - k, "; the first state to diverge: layer %d %s", e->st_layer, e->st_cls);
     k = strlen(b);
     if (e->hid_miss) /* "first missing position 1" (up to the next ';') */
-        snprintf(b + k, n - k, "; the hidden states are incomplete: %.*s", (int)strcspn(e->hid_miss, ";"),
-                 e->hid_miss);
+        snprintf(b + k, n - k, "; the hidden states are incomplete: %.*s",
+                 (int)strcspn(e->hid_miss, ";"), e->hid_miss);
 }
 
 /* "every mode (static, dynamic, nokv)" / "static, nokv" */
@@ -402,8 +404,9 @@ static void select_cross(work *w, const char *names, int mode_mask) {
         const qc_check_row *x = ROW(w, k);
         const char *p = strstr(names, x->check);
         size_t L = strlen(x->check);
-        if (!w->cl[k] && p && (p[L] == ',' || !p[L]) && (p == names || p[-1] == ',') &&
-            (mode_mask >> mode_ix(x->mode) & 1))
+        int m = mode_ix(x->mode);
+        if (!w->cl[k] && p && (p[L] == ',' || !p[L]) && (p == names || p[-1] == ',') && m >= 0 &&
+            (mode_mask >> m & 1))
             w->sel[k] = 1;
     }
 }
@@ -443,7 +446,8 @@ static void rule_modes(work *w) {
         for (int k = 0; k < w->nf; k++) {               /* one-token calls */
             const qc_check_row *x = ROW(w, k);
             w->sel[k] = !w->cl[k] && vs_golden(x) &&
-                        (is_decode(x->check) || mode_ix(x->mode) == 0 || !strcmp(x->check, "argmax"));
+                        (is_decode(x->check) || mode_ix(x->mode) == 0 ||
+                         !strcmp(x->check, "argmax"));
         }
         select_cross(w, "static_eq_dynamic", 7);
         gather(w, &e);
@@ -489,6 +493,10 @@ static const qc_localisation *run_loc(const work *w, int k) {
     return &x->loc;
 }
 
+static int loc_layer(const qc_check_row *x) {
+    return x->loc.kind == QC_LOC_NONE ? -1 : x->loc.layer;
+}
+
 /* Also select what the selected runs' divergence explains: the router rows of the same run
  * at or after its layer, and the other comparisons with the golden of the same case (the
  * chunk-size sweep, the long decode). */
@@ -496,13 +504,15 @@ static void select_downstream(work *w, const qc_localisation *key) {
     for (int k = 0; k < w->nf; k++) {
         const qc_check_row *x = ROW(w, k);
         int router = !strcmp(x->check, "router_topk");
-        if (w->cl[k] || w->sel[k] || (router && (x->loc.kind == QC_LOC_NONE ? -1 : x->loc.layer) < key->layer) ||
-            (!router && strncmp(x->check, "chunk_sweep", 11) && strcmp(x->check, "long_decode_drift")))
-            continue;
+        int golden = router ? loc_layer(x) >= key->layer
+                            : !strncmp(x->check, "chunk_sweep", 11) ||
+                              !strcmp(x->check, "long_decode_drift");
+        if (w->cl[k] || w->sel[k] || !golden) continue;
         for (int j = 0; j < w->nf && !w->sel[k]; j++) {
             const qc_check_row *y = ROW(w, j);
             w->sel[k] = w->sel[j] && vs_golden(y) && !strcmp(y->stem, x->stem) &&
-                        !strcmp(y->case_name, x->case_name) && (!router || !strcmp(y->mode, x->mode));
+                        !strcmp(y->case_name, x->case_name) &&
+                        (!router || !strcmp(y->mode, x->mode));
         }
     }
 }
@@ -523,8 +533,10 @@ static void rule_layers(work *w) {
         const char *what = e.has_prefill && e.has_decode ? "prefill and decode"
                            : e.has_prefill ? "the prefill" : e.has_decode ? "decode"
                            : "the argmax";
-        snprintf(t, sizeof t, "%s diverge%s from the golden in %s: %s", what,
-                 e.has_prefill || e.has_decode ? "" : "s", md, lp);
+        char pos[80] = "";
+        if (e.pos > 0) snprintf(pos, sizeof pos, " from prompt position %d on", e.pos);
+        snprintf(t, sizeof t, "%s diverge%s from the golden in %s%s: %s", what,
+                 e.has_prefill || e.has_decode ? "" : "s", md, pos, lp);
         take(w, "layer", t, &e);
     }
 }
@@ -586,10 +598,6 @@ static int check_list(const work *w, char *b, size_t n) {
     return nd;
 }
 
-static int loc_layer(const qc_check_row *x) {
-    return x->loc.kind == QC_LOC_NONE ? -1 : x->loc.layer;
-}
-
 static void rule_checks(work *w) {
     for (int k0 = 0; k0 < w->nf && !w->oom; k0++) {
         if (w->cl[k0]) continue;
@@ -616,7 +624,7 @@ static void rule_checks(work *w) {
         for (size_t i = 0; i < sizeof WHY / sizeof *WHY && !err; i++)
             if (!strcmp(WHY[i].family, fam)) why = WHY[i].why;
         if (err)
-            snprintf(t, sizeof t, "%s could not run (%d row%s): %.200s", list, rows,
+            snprintf(t, sizeof t, "the runtime could not run %s (%d row%s): %.200s", list, rows,
                      rows == 1 ? "" : "s", x0->keyline);
         else if (why)
             snprintf(t, sizeof t, "%s: %s fail%s%s", why, list, nd == 1 ? "s" : "", lp);
@@ -711,7 +719,8 @@ static void scope(const qc_results *r, const qc_cause *c, char *b, size_t n) {
     if (ns > 1) o += (size_t)snprintf(b, n, "several golden files: ");
     for (int j = 0; j < nc && j < 3 && o < n; j++)
         o += (size_t)snprintf(b + o, n - o, "%s%s", j ? ", " : "", cs[j]);
-    if (nc > 3 && o < n) o += (size_t)snprintf(b + o, n - o, " +%d%s more", nc - 3, over ? "+" : "");
+    if (nc > 3 && o < n)
+        o += (size_t)snprintf(b + o, n - o, " +%d%s more", nc - 3, over ? "+" : "");
     for (int m = 0, k = 0; m < 3 && o < n; m++)
         if (modes[m]) o += (size_t)snprintf(b + o, n - o, "%s%s", k++ ? ", " : "; ", MODES[m]);
 }

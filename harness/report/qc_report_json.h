@@ -3,8 +3,9 @@
  *   summary {checks, passed, failed, skipped, errors, exit_code, stopped_early[, maxfail]},
  *   warnings [strings], checks [{golden, stem, case, backend, mode, check, verdict, seconds,
  *   message, tolerance, metrics, first_divergent_layer {kind, layer, after_layer,
- *   decode_step, source}, detail}]. Fields are only ever added within a schema_version
- *   (readers ignore what they do not know); a renamed or removed field bumps it.
+ *   decode_step, source}, detail}], causes [{cause, rule, rows, n_rows, backend, layer, step,
+ *   block, kind[, after_layer]}] (qc_report_causes.h). Fields are only ever added within a
+ *   schema_version (readers ignore what they do not know); a renamed or removed field bumps it.
  * Non-finite numbers are written as the strings "NaN", "Infinity", "-Infinity" (cJSON would
  * write null). Written atomically (temp file + rename). */
 #ifndef QC_REPORT_JSON_H
