@@ -55,10 +55,13 @@ qc_status qc_cap_parse(const char *list, unsigned *bits, qc_err *err) {
     for (char *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         size_t i = 0;
         while (i < N_CAP_NAMES && strcmp(cap_names[i].name, t)) i++;
+        if (i < N_CAP_NAMES && cap_names[i].bit == QC_CAP_TOPK_ONLY)
+            return qc_errf(err, QC_ERR_ARG, "--require: 'topk_only' is not a capability to "
+                           "require (a top-k-only runtime offers less than full logits)");
         if (i == N_CAP_NAMES)
             return qc_errf(err, QC_ERR_ARG, "--require: unknown capability '%s' (hidden, "
                            "state_read, state_fill, threads, dn_kernel, chunk_size, snapshot, "
-                           "sequences, trim, dynamic, topk_only)", t);
+                           "sequences, trim, dynamic)", t);
         *bits |= cap_names[i].bit;
     }
     return QC_OK;

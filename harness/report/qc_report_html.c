@@ -247,11 +247,16 @@ static void verdict_card(qc_hbuf *b, const qc_rt_verdict *x) {
             qc_hb_esc(b, qc_capability_gives(x->caps[c].name));
             qc_hb_puts(b, "</td></tr>\n");
             size_t o = strlen(req);
-            snprintf(req + o, sizeof req - o, "%s%s", c ? "," : "", x->caps[c].name);
+            if (strcmp(x->caps[c].name, "topk_only")) /* not a capability one can require */
+                snprintf(req + o, sizeof req - o, "%s%s", o ? "," : "", x->caps[c].name);
         }
-        qc_hb_puts(b, "</tbody></table>\n<p class=\"req\">CI can insist: <code>--require ");
-        qc_hb_esc(b, req);
-        qc_hb_puts(b, "</code> (a missing capability FAILS), or <code>--min-coverage PCT</code></p>\n");
+        qc_hb_puts(b, "</tbody></table>\n");
+        if (req[0]) {
+            qc_hb_puts(b, "<p class=\"req\">CI can insist: <code>--require ");
+            qc_hb_esc(b, req);
+            qc_hb_puts(b, "</code> (a missing capability FAILS), or <code>--min-coverage PCT</code>"
+                          "</p>\n");
+        }
     }
     if (x->n_reasons) qc_hb_puts(b, "<p>Skipped for other reasons:</p><ul>\n");
     for (int s = 0; s < x->n_reasons; s++) {

@@ -144,7 +144,9 @@ static void add_verdicts(cJSON *root, const qc_results *r) {
             cJSON_AddNumberToObject(e, "checks", x->caps[c].n);
             cJSON_AddStringToObject(e, "gives", qc_capability_gives(x->caps[c].name));
             size_t n = strlen(req);
-            snprintf(req + n, sizeof req - n, "%s%s", c ? "," : "--require ", x->caps[c].name);
+            if (strcmp(x->caps[c].name, "topk_only")) /* not a capability one can require */
+                snprintf(req + n, sizeof req - n, "%s%s", n ? "," : "--require ",
+                         x->caps[c].name);
         }
         cJSON_AddStringToObject(o, "require", req);
     }
@@ -169,12 +171,9 @@ static void add_causes(cJSON *root, const qc_results *r) {
             cJSON_AddItemToArray(rows, cJSON_CreateNumber(c->rows[k]));
         cJSON_AddNumberToObject(o, "n_rows", c->n_rows);
         cJSON_AddStringToObject(o, "backend", c->backend);
-        cJSON_AddItemToObject(o, "layer", c->layer >= 0 ? cJSON_CreateNumber(c->layer)
-                                                         : cJSON_CreateNull());
-        cJSON_AddItemToObject(o, "step", c->step >= 0 ? cJSON_CreateNumber(c->step)
-                                                       : cJSON_CreateNull());
-        cJSON_AddItemToObject(o, "block", c->block[0] ? cJSON_CreateString(c->block)
-                                                       : cJSON_CreateNull());
+        c->layer >= 0 ? cJSON_AddNumberToObject(o, "layer", c->layer) : cJSON_AddNullToObject(o, "layer");
+        c->step >= 0 ? cJSON_AddNumberToObject(o, "step", c->step) : cJSON_AddNullToObject(o, "step");
+        c->block[0] ? cJSON_AddStringToObject(o, "block", c->block) : cJSON_AddNullToObject(o, "block");
         cJSON_AddStringToObject(o, "kind", qc_loc_kind_str(c->kind));
         if (c->layer_lo >= 0) cJSON_AddNumberToObject(o, "after_layer", c->layer_lo);
     }

@@ -89,6 +89,10 @@ no_rows old PASS 'topk\..*'
   && ok "old struct_size: forward_topk never read (exit $rc, forward's refusal reported)" \
   || bad "old struct_size: exit $rc"
 
+run req --backend "$P" --require topk_only
+[ "$rc" -eq 2 ] && grep -q "'topk_only' is not a capability to require" "$TMP/req.err" \
+  && ok "--require topk_only: refused (exit 2)" || bad "--require topk_only: exit $rc"
+
 # ---- the exec protocol (Python helper) ----------------------------------------------------------
 AD="$PY $SRC/tests/adapters/topk_only_adapter.py"
 run py --backend "exec:$AD" --filter 'len005' --mode dynamic
