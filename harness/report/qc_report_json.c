@@ -171,9 +171,12 @@ static void add_causes(cJSON *root, const qc_results *r) {
             cJSON_AddItemToArray(rows, cJSON_CreateNumber(c->rows[k]));
         cJSON_AddNumberToObject(o, "n_rows", c->n_rows);
         cJSON_AddStringToObject(o, "backend", c->backend);
-        c->layer >= 0 ? cJSON_AddNumberToObject(o, "layer", c->layer) : cJSON_AddNullToObject(o, "layer");
-        c->step >= 0 ? cJSON_AddNumberToObject(o, "step", c->step) : cJSON_AddNullToObject(o, "step");
-        c->block[0] ? cJSON_AddStringToObject(o, "block", c->block) : cJSON_AddNullToObject(o, "block");
+        cJSON_AddItemToObject(o, "layer", c->layer >= 0 ? cJSON_CreateNumber(c->layer)
+                                                         : cJSON_CreateNull());
+        cJSON_AddItemToObject(o, "step", c->step >= 0 ? cJSON_CreateNumber(c->step)
+                                                       : cJSON_CreateNull());
+        cJSON_AddItemToObject(o, "block", c->block[0] ? cJSON_CreateString(c->block)
+                                                       : cJSON_CreateNull());
         cJSON_AddStringToObject(o, "kind", qc_loc_kind_str(c->kind));
         if (c->layer_lo >= 0) cJSON_AddNumberToObject(o, "after_layer", c->layer_lo);
     }
