@@ -11,7 +11,9 @@
  *   reset, fill_state, set_option   the plugin call
  *   snapshot, restore, select_sequence, trim   the plugin call (state lifecycle)
  *   forward     logits [n, V] ([1, V] when all_logits is false), + hidden [L+1, n, H] when
- *               "hidden" is true (get_hidden 0..L)
+ *               "hidden" is true (get_hidden 0..L); with "topk": K (a topk_only plugin: QC_CAP_TOPK_ONLY and
+ *               forward_topk within its struct_size) forward_topk's topk_ids (int32) and
+ *               topk_logprobs [n, K] instead
  *   get_state   every layer in order: layer_NN/k_cache, layer_NN/v_cache [n_kv, n_pos, hd]
  *               (full attention), layer_NN/conv_state [C, K], layer_NN/recurrent_state
  *               [nv, dk, dv] (Gated DeltaNet)

@@ -58,7 +58,7 @@ static const struct {
     {QC_CAP_STATE_FILL, "state_fill"}, {QC_CAP_THREADS, "threads"},
     {QC_CAP_DN_KERNEL, "dn_kernel"}, {QC_CAP_CHUNK_SIZE, "chunk_size"},
     {QC_CAP_SNAPSHOT, "snapshot"},   {QC_CAP_SEQUENCES, "sequences"},
-    {QC_CAP_TRIM, "trim"},
+    {QC_CAP_TRIM, "trim"},           {QC_CAP_TOPK_ONLY, "topk_only"},
 };
 
 /* A plugin call returned rc != OK: the plugin's last_error (after "what: " when what is not
@@ -130,6 +130,7 @@ int as_op_open(as_server *s, const cJSON *req, as_fail *f) {
     if (!lifecycle || !a->snapshot || !a->restore) caps &= ~QC_CAP_SNAPSHOT;
     if (!lifecycle || !a->select_sequence) caps &= ~QC_CAP_SEQUENCES;
     if (!lifecycle || !a->trim) caps &= ~QC_CAP_TRIM;
+    if (a->struct_size < QC_PLUGIN_TOPK_SIZE || !a->forward_topk) caps &= ~QC_CAP_TOPK_ONLY;
     s->caps = caps;
 
     cJSON *info = cJSON_CreateObject();
@@ -160,6 +161,48 @@ int as_op_reset(as_server *s, const cJSON *req, as_fail *f) {
     int rc = s->api->reset(s->h);
     if (rc != QC_PLUGIN_OK) return plugin_fail(s, f, rc, NULL);
     return as_send_ok(s, NULL, NULL, 0);
+}
+
+/* forward with "topk": K (a topk_only plugin): forward_topk's rows as topk_ids (int32: the
+ * same 4 bytes per element on the wire) and topk_logprobs, [n, K] each. Frees ids. */
+static int forward_topk_op(as_server *s, const cJSON *kj, int32_t *ids, int n, long long sp,
+                           as_fail *f) {
+    const int V = s->info.vocab_size;
+    long long k;
+    if (!(s->caps & QC_CAP_TOPK_ONLY)) {
+        free(ids);
+        return as_failf(f, 0, "forward: topk asked for, but the plugin has no topk_only "
+                        "capability");
+    }
+    if (!json_int(kj, 1, V < QC_PLUGIN_MAX_TOPK ? V : QC_PLUGIN_MAX_TOPK, &k)) {
+        free(ids);
+        return as_failf(f, 0, "forward: topk must be an integer in [1, %d]",
+                        V < QC_PLUGIN_MAX_TOPK ? V : QC_PLUGIN_MAX_TOPK);
+    }
+    size_t ne = (size_t)n * (size_t)k;
+    int32_t *ti = malloc(ne * sizeof *ti);
+    float *tl = malloc(ne * sizeof *tl);
+    if (!ti || !tl) {
+        free(ids), free(ti), free(tl);
+        return as_failf(f, 0, "forward: out of memory for the top-k of %d tokens", n);
+    }
+    int rc = s->api->forward_topk(s->h, ids, (int32_t)n, (int32_t)sp, (int32_t)k, ti, tl);
+    free(ids);
+    if (rc != QC_PLUGIN_OK) {
+        free(ti), free(tl);
+        return plugin_fail(s, f, rc, NULL);
+    }
+    as_tensor out[2];
+    memset(out, 0, sizeof out);
+    snprintf(out[0].name, sizeof out[0].name, "topk_ids");
+    snprintf(out[1].name, sizeof out[1].name, "topk_logprobs");
+    out[0].data = (float *)(void *)ti;
+    out[1].data = tl;
+    for (int i = 0; i < 2; i++)
+        out[i].rank = 2, out[i].shape[0] = n, out[i].shape[1] = k, out[i].count = ne;
+    int w = as_send_ok(s, NULL, out, 2);
+    free(ti), free(tl);
+    return w;
 }
 
 int as_op_forward(as_server *s, const cJSON *req, as_fail *f) {
@@ -196,6 +239,8 @@ int as_op_forward(as_server *s, const cJSON *req, as_fail *f) {
         }
         ids[i++] = (int32_t)v;
     }
+    const cJSON *kj = cJSON_GetObjectItemCaseSensitive(req, "topk");
+    if (kj && !cJSON_IsNull(kj)) return forward_topk_op(s, kj, ids, n, sp, f);
 
     int ovf = 0;
     size_t rows = all_logits ? (size_t)n : 1;

@@ -8,7 +8,8 @@
 #   * a mutant (each position answers the previous one's row) FAILs topk.argmax / topk.logprob;
 #   * a malformed answer (an id out of range, NaN, an ascending row, k - 1 entries) FAILs,
 #     naming it;
-#   * a plugin whose struct_size predates forward_topk is never asked for it;
+#   * a plugin whose struct_size predates forward_topk is never asked for it; isolate:plugin:
+#     (adapter-serve) carries forward_topk over the exec protocol;
 #   * record --like of the Python adapter writes a top-k ACTUAL that diff reads back: the same
 #     topk.* verdicts.
 set -u
@@ -80,6 +81,13 @@ for m in "badid:token id out of range at position 2" "nan:log-probability not fi
   [ "$rc" -eq 1 ] && ok "plugin mutant ${m%%:*}: exit 1" || bad "plugin mutant ${m%%:*}: exit $rc"
   expect_rows "m_${m%%:*}" FAIL 'topk\.(argmax|logprob)' 2 "malformed top-k: ${m#*:}"
 done
+
+# the same plugin out of process (isolate:plugin: -> adapter-serve -> the exec protocol)
+run iso --backend "isolate:$P" --filter 'len005' --mode dynamic
+[ "$rc" -eq 0 ] && ok "isolate:plugin: exit 0" || bad "isolate:plugin: exit $rc"
+expect_rows iso PASS 'topk\.(argmax|logprob|top1_in_k|overlap)' 4
+run iso_bad --backend "isolate:$P,mutant=badid" --filter 'len005' --mode static
+expect_rows iso_bad FAIL 'topk\.argmax' 1 'malformed top-k: token id out of range at position 2'
 
 # a plugin built before forward_topk (struct_size = QC_PLUGIN_LIFECYCLE_SIZE): the bit is ignored,
 # forward is called (and answers UNSUPPORTED): no top-k row, the run fails visibly
