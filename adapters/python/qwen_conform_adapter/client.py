@@ -59,6 +59,12 @@ class Client:
                              "start_pos": int(start_pos), "all_logits": all_logits,
                              "hidden": hidden})[1]
 
+    def forward_topk(self, tokens, start_pos, k):
+        """A topk_only child's forward: {"topk_ids": int32 [n, k], "topk_logprobs": [n, k]}."""
+        return self.request({"op": "forward", "tokens": [int(t) for t in tokens],
+                             "start_pos": int(start_pos), "all_logits": True, "hidden": False,
+                             "topk": int(k)})[1]
+
     def get_state(self, n_pos):
         return self.request({"op": "get_state", "n_pos": int(n_pos)})[1]
 

@@ -418,3 +418,18 @@ def test_topk_only(toy_model_dir):
     # topk to a runtime that did not announce it: refused
     rc, fr = converse(Toy(), [{"op": "open", "model_dir": toy_model_dir}, fwd])
     assert fr[2][0]["type"] == "error" and "topk_only not announced" in fr[2][0]["message"]
+
+
+def test_client_topk_against_a_spawned_child(toy_model_dir):
+    script = ("import sys; sys.path.insert(0, %r)\n"
+              "from test_protocol import ToyTopk; from qwen_conform_adapter import serve\n"
+              "raise SystemExit(serve(ToyTopk()))\n"
+              % os.path.join(ROOT, "adapters", "python"))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
+    c = Client.spawn([sys.executable, "-c", script], env=env)
+    c.open(toy_model_dir)
+    c.reset()
+    t = c.forward_topk([3, 1, 4], 0, 4)
+    assert t["topk_ids"].dtype == np.int32 and t["topk_ids"].shape == (3, 4)
+    assert t["topk_logprobs"].shape == (3, 4) and np.all(t["topk_logprobs"] <= 0)
+    assert c.close() == 0
