@@ -62,6 +62,8 @@ typedef struct {
     qc_check_faults faults;   /* test-only */
     const char *model_dir;    /* --model DIR: the model every golden is checked against (NULL:
                                  each golden's model_path) */
+    int insecure;             /* --insecure: an https:// server's certificate is not verified
+                                 (self-signed servers; also insecure=1 in the http: spec) */
     int topk;                 /* --topk K: see every runtime through its top-k log-probabilities
                                  only (the topk.* rows instead of the checks against the golden's
                                  tensors; 0: off) */

@@ -53,6 +53,8 @@ static const char check_usage[] =
     "                        chunk_size, snapshot, sequences, trim, dynamic): a runtime\n"
     "                        lacking one FAILS (default: the checks that need a missing\n"
     "                        capability are SKIPPED with the reason)\n"
+    "  --insecure            http: backends: do not verify an https:// server's certificate\n"
+    "                        (self-signed; the same as insecure=1 in the spec)\n"
     "  --topk K              see each runtime through its top-k log-probabilities only\n"
     "                        (the rows a server gets: topk.argmax / logprob / top1_in_k /\n"
     "                        overlap) instead of the checks against the golden's tensors\n"
@@ -362,6 +364,9 @@ int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o
             st = qc_argp_int(&a, 0, 1 << 30, &x->durations, &err);
         } else if (x && qc_argp_is(&a, "--rerun-failed")) {
             st = qc_argp_value(&a, &x->rerun, &err);
+        } else if (!runs && qc_argp_is(&a, "--insecure")) {
+            st = qc_argp_bool(&a, &err);
+            o->insecure = 1;
         } else if (!runs && qc_argp_is(&a, "--topk")) {
             st = qc_argp_int(&a, 1, 100, &o->topk, &err);
         } else if (x && qc_argp_is(&a, "--min-coverage")) {

@@ -203,8 +203,9 @@ int ck_http_open(ctx *c) {
     qc_server_opts so;
     qc_err err;
     qc_err_clear(&err);
-    if (qc_server_parse(o->ext.target, &so, &err) != QC_OK ||
-        qc_server_open(&so, 1 << 30, &c->srv, &err) != QC_OK) {
+    qc_status st = qc_server_parse(o->ext.target, &so, &err);
+    if (o->insecure) so.insecure = 1; /* --insecure */
+    if (st != QC_OK || qc_server_open(&so, 1 << 30, &c->srv, &err) != QC_OK) {
         fprintf(stderr, "qwen-conform: %s\n", err.msg);
         return -1;
     }
