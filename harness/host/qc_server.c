@@ -156,11 +156,14 @@ static qc_status detect(qc_server *s, qc_err *err) {
     cJSON *j = NULL;
     const char *how = "given";
     qc_api api = s->o.api;
+    long auth = 0;             /* a 401 / 403 to a detection GET: the API key is missing or wrong */
+    const char *auth_path = "";
     if (api == QC_API_AUTO || api == QC_API_SGLANG) {
         if ((j = get_json(s, "/get_model_info", &st, why, sizeof why)) &&
             cJSON_GetObjectItemCaseSensitive(j, "model_path")) {
             if (api == QC_API_AUTO) { api = QC_API_SGLANG; how = "GET /get_model_info answers"; }
         }
+        if ((st == 401 || st == 403) && !auth) { auth = st; auth_path = "/get_model_info"; }
         cJSON_Delete(j);
         j = NULL;
     }
@@ -179,6 +182,7 @@ static qc_status detect(qc_server *s, qc_err *err) {
             if (!nb) nb = json_int(j, "n_ubatch");
             if (!s->o.chunk && nb) s->o.chunk = nb;
         }
+        if ((st == 401 || st == 403) && !auth) { auth = st; auth_path = "/props"; }
         cJSON_Delete(j);
         j = NULL;
     }
@@ -195,6 +199,16 @@ static qc_status detect(qc_server *s, qc_err *err) {
             how = vllm ? "GET /v1/models: owned_by vllm" : "GET /v1/models answers";
         }
         cJSON_Delete(j);
+    }
+    if ((st == 401 || st == 403) && !auth) { auth = st; auth_path = "/v1/models"; }
+    if (api == QC_API_AUTO && auth) {
+        qc_http_url(s->http, "", url, sizeof url);
+        if (s->o.key_env[0])
+            return qc_errf(err, QC_ERR_ARG, "--backend http: %s refuses GET %s with HTTP %ld: the "
+                           "API key in $%s is not accepted", url, auth_path, auth, s->o.key_env);
+        return qc_errf(err, QC_ERR_ARG, "--backend http: %s refuses GET %s with HTTP %ld: the "
+                       "server wants an API key: put it in an environment variable and name it "
+                       "with key_env=VAR", url, auth_path, auth);
     }
     if (api == QC_API_AUTO) {
         qc_http_url(s->http, "", url, sizeof url);
