@@ -78,14 +78,21 @@ static qc_status run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
 /* per case                                                                              */
 /* ===================================================================================== */
 
+/* The mode column of (backend, m): an http: runtime has the one mode "served" (NULL for m > 0). */
+static const char *mode_col(const ctx *c, const char *backend, qc_mode m) {
+    if (!(c->srv || c->o->ext.kind == QC_RT_HTTP) || strcmp(backend, c->o->ext.name))
+        return qc_mode_str(m);
+    return m == 0 ? CK_SERVED : NULL;
+}
+
 static int mode_selected(ctx *c, const char *case_name, const char *backend, qc_mode m) {
-    if (!(c->o->modes & (1 << m))) return 0;
-    if (c->o->select && !c->o->select(c->o->select_user, c->stem, case_name, backend,
-                                      qc_mode_str(m)))
+    const char *mn = mode_col(c, backend, m);
+    if (!mn || (strcmp(mn, CK_SERVED) && !(c->o->modes & (1 << m)))) return 0;
+    if (c->o->select && !c->o->select(c->o->select_user, c->stem, case_name, backend, mn))
         return 0; /* --rerun-failed */
     if (!c->o->has_filter) return 1;
     char id[512];
-    snprintf(id, sizeof id, "%s/%s/%s/%s", c->stem, case_name, backend, qc_mode_str(m));
+    snprintf(id, sizeof id, "%s/%s/%s/%s", c->stem, case_name, backend, mn);
     return regexec(&c->o->filter, id, 0, NULL, 0) == 0;
 }
 
@@ -450,7 +457,7 @@ static int cf_select(ctx *c, const qc_golden *g, const char *stem, int avail, lo
                     if (mode_selected(c, g->cases[i].name, c->slot_name[bi], (qc_mode)m) &&
                         ++c->listed)
                         printf("%s/%s/%s/%s\n", stem, g->cases[i].name, c->slot_name[bi],
-                               qc_mode_str((qc_mode)m));
+                               mode_col(c, c->slot_name[bi], (qc_mode)m));
         }
     }
     return n_sel;
@@ -728,9 +735,7 @@ out:
     c->g = NULL;
 }
 
-/* ===================================================================================== */
-/* engine entry                                                                          */
-/* ===================================================================================== */
+/* ---- engine entry ---- */
 
 int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
     ctx c;

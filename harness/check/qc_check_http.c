@@ -161,6 +161,13 @@ static void check_greedy(ctx *c, qc_server *srv, const qc_golden_case *gc,
     sc.from = sc.n - 1;
     sc.n_gen = gc->n_decode;
     sc.ids_only = 1;
+    int ctx = qc_server_ctx(srv);
+    if (ctx > 0 && sc.n + sc.n_gen > ctx) sc.n_gen = ctx - sc.n; /* what the context holds */
+    if (sc.n_gen < 1) {
+        ck_emit_simple(c, gc->name, be, CK_SERVED, "topk.greedy", QC_VERDICT_SKIP,
+                       "the prompt fills the server's context: no token to generate", NULL);
+        goto out;
+    }
     qc_err err;
     qc_err_clear(&err);
     char kl[sizeof ((qc_check_row *)0)->keyline];
@@ -173,9 +180,10 @@ static void check_greedy(ctx *c, qc_server *srv, const qc_golden_case *gc,
     int s = 0;
     while (s < sc.n_gen_got && sc.gen[s] == gc->decode_tokens[s]) s++;
     if (s == sc.n_gen_got) {
-        if (s == gc->n_decode)
-            snprintf(kl, sizeof kl, "%d greedy tokens equal the golden's (1 request, %.2f s)",
-                     gc->n_decode, sc.seconds);
+        if (s == gc->n_decode || sc.n_gen < gc->n_decode)
+            snprintf(kl, sizeof kl, "%d greedy tokens equal the golden's%s (1 request, %.2f s)",
+                     s, sc.n_gen < gc->n_decode ? " (all the server's context holds)" : "",
+                     sc.seconds);
         else
             snprintf(kl, sizeof kl, "the server stopped after %d of %d greedy tokens (its "
                      "end-of-sequence token %d); those equal the golden's (1 request, %.2f s)",

@@ -78,17 +78,26 @@ void ck_tf_rows_get(qc_server *srv, const qc_golden_case *gc, ck_tf_rows *out) {
     memset(&sc, 0, sizeof sc);
     sc.seq = seq;
     sc.n_gen = 1;
+    /* a request holds its prompt and one generated token: a case that fills the server's
+     * context scores the positions below it (the rows say how many of them) */
+    int ctx = qc_server_ctx(srv), reach = ctx > 1 && n + 1 > ctx ? ctx - 1 - P : out->rows;
+    if (reach < 1) {
+        snprintf(out->fail, sizeof out->fail, "the case starts at position %d, beyond what the "
+                 "server's context of %d tokens can score", P, ctx);
+        free(seq);
+        return;
+    }
     if (qc_server_prompt_logprobs(srv)) {
-        sc.n = n;
+        sc.n = P + reach;
         sc.from = P;
         tf_request(srv, &sc, out, P);
     } else {
         int m = qc_server_max_positions(srv);
-        int cnt = (m > 0 && m < out->rows) ? m : out->rows;
+        int cnt = (m > 0 && m < reach) ? m : reach;
         int last = -1;
         for (int i = 0; i < cnt; i++) {
             /* evenly spread, first and last included, strictly increasing (the cache path) */
-            int p = P + (cnt > 1 ? (int)((long)i * (out->rows - 1) / (cnt - 1)) : out->rows - 1);
+            int p = P + (cnt > 1 ? (int)((long)i * (reach - 1) / (cnt - 1)) : reach - 1);
             if (p <= last) continue;
             last = p;
             sc.n = p + 1;

@@ -189,8 +189,7 @@ qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec 
         snprintf(out->plugin, sizeof out->plugin, "%s", path);
         return QC_OK;
     }
-    if (!strncmp(spec, "http:", 5) && (!strncmp(spec + 5, "http://", 7) ||
-                                       !strncmp(spec + 5, "https://", 8))) {
+    if (!strncmp(spec, "http:", 5)) { /* qc_server_parse names a URL that is not http(s) */
         qc_server_opts so;
         qc_status s = qc_server_parse(spec + 5, &so, err); /* usage errors first */
         if (s) return s;

@@ -64,6 +64,8 @@ static qc_status parse_opt(char *kv, qc_server_opts *o, qc_err *err) {
         bad = parse_int(v, 1, 1 << 24, &o->chunk);
     } else if (!strcmp(k, "positions")) {
         bad = parse_int(v, 0, 1 << 24, &o->max_positions);
+    } else if (!strcmp(k, "ctx")) {
+        bad = parse_int(v, 2, 1 << 30, &o->ctx);
     } else if (!strcmp(k, "max_body")) {
         bad = parse_int(v, 1, 4096, &o->max_body_mb);
     } else if (!strcmp(k, "key")) {
@@ -71,7 +73,7 @@ static qc_status parse_opt(char *kv, qc_server_opts *o, qc_err *err) {
                        "line: put it in an environment variable and name it with key_env=VAR");
     } else {
         return qc_errf(err, QC_ERR_ARG, "--backend http: unknown option '%s' (api, model, k, "
-                       "timeout, inflight, key_env, insecure, block, chunk, positions, max_body)",
+                       "timeout, inflight, key_env, insecure, block, chunk, positions, ctx, max_body)",
                        k);
     }
     if (bad) return qc_errf(err, QC_ERR_ARG, "--backend http: %s=%s: invalid value", k, v);
@@ -181,6 +183,7 @@ static qc_status detect(qc_server *s, qc_err *err) {
             if (!nb) nb = json_int(dgs, "n_batch");
             if (!nb) nb = json_int(j, "n_ubatch");
             if (!s->o.chunk && nb) s->o.chunk = nb;
+            if (!s->o.ctx) s->o.ctx = json_int(dgs, "n_ctx"); /* a slot's context */
         }
         if ((st == 401 || st == 403) && !auth) { auth = st; auth_path = "/props"; }
         cJSON_Delete(j);
@@ -193,6 +196,7 @@ static qc_status detect(qc_server *s, qc_err *err) {
         const cJSON *ow = cJSON_GetObjectItemCaseSensitive(m0, "owned_by");
         if (!s->o.model[0] && cJSON_IsString(id))
             snprintf(s->o.model, sizeof s->o.model, "%s", id->valuestring);
+        if (!s->o.ctx) s->o.ctx = json_int(m0, "max_model_len"); /* vLLM */
         if (api == QC_API_AUTO) {
             int vllm = cJSON_IsString(ow) && !strcmp(ow->valuestring, "vllm");
             api = vllm ? QC_API_VLLM : QC_API_OPENAI;
@@ -266,6 +270,7 @@ int qc_server_block(const qc_server *s) { return s->o.block; }
 int qc_server_chunk(const qc_server *s) { return s->o.chunk; }
 int qc_server_max_positions(const qc_server *s) { return s->o.max_positions; }
 int qc_server_inflight(const qc_server *s) { return s->o.inflight; }
+int qc_server_ctx(const qc_server *s) { return s->o.ctx; }
 int qc_server_prompt_logprobs(const qc_server *s) {
     return s->api == QC_API_VLLM || s->api == QC_API_SGLANG;
 }
@@ -301,6 +306,7 @@ void qc_score_clear(qc_score *sc) {
     sc->lps = NULL;
     sc->rows = sc->n_gen_got = 0;
     sc->cached = -1;
+    sc->transport = 0;
     sc->fail[0] = '\0';
     sc->seconds = 0;
 }
@@ -311,6 +317,7 @@ static void read_answer(qc_server *s, qc_http_req *r, qc_score *sc) {
     qc_http_url(s->http, r->path, url, sizeof url);
     sc->seconds = r->seconds;
     if (r->err[0]) {
+        sc->transport = 1;
         qc_http_snippet(r, 200, snip, sizeof snip);
         snprintf(sc->fail, sizeof sc->fail, "POST %.300s: %s%s%s", url, r->err,
                  r->resp ? "; body: " : "", r->resp ? snip : "");

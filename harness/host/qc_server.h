@@ -52,6 +52,8 @@ typedef struct {
     int max_positions;  /* positions=N: per-prefix dialects score at most N positions per case
                            (0: every position) */
     int max_body_mb;    /* max_body=MB response limit (default 256) */
+    int ctx;            /* ctx=N: tokens a request may hold, prompt + generated (0: what the
+                           server tells: vLLM's max_model_len, llama-server's slot n_ctx) */
 } qc_server_opts;
 
 /* Parse the text after "http:" (URL[,k=v...]). QC_ERR_ARG naming the key or value. */
@@ -74,6 +76,8 @@ int qc_server_block(const qc_server *s);   /* tokens per prefix-cache block */
 int qc_server_chunk(const qc_server *s);   /* tokens per prefill chunk / batch */
 int qc_server_max_positions(const qc_server *s);
 int qc_server_inflight(const qc_server *s);
+/* Tokens one request may hold (prompt + generated; 0: unknown, no limit applied). */
+int qc_server_ctx(const qc_server *s);
 /* 1 when one request returns the distribution at every prompt position (vllm, sglang). */
 int qc_server_prompt_logprobs(const qc_server *s);
 /* 1 when a request can bypass the prefix cache on its own (vllm cache_salt, llama-server
@@ -105,6 +109,8 @@ typedef struct {
     int n_gen_got;
     long cached;         /* prompt tokens the server says came from its cache (-1: unknown) */
     char fail[768];      /* "" when the answer was whole and valid; else the evidence */
+    int transport;       /* 1: no whole HTTP answer arrived (refused, reset, timeout, too large,
+                            a redirect): the server, not this answer, is the problem */
     double seconds;      /* wall time of the request */
 } qc_score;
 

@@ -53,7 +53,6 @@ int qcs_alloc(const qc_server *s, qc_score *sc, int rows) {
 
 int qcs_put(const qc_server *s, qc_score *sc, int r, int j, double id, double lp,
             const char *field) {
-    if (r < 0 || r >= sc->rows || j < 0 || j >= sc->k) return 0; /* more than asked: ignored */
     if (!(id >= 0 && id < s->vocab) || id != floor(id)) {
         char b[200];
         snprintf(b, sizeof b, "%s: token id %.17g outside the vocabulary [0, %d)", field, id,
@@ -68,6 +67,7 @@ int qcs_put(const qc_server *s, qc_score *sc, int r, int j, double id, double lp
         fail(sc, "%s", b);
         return -1;
     }
+    if (r < 0 || r >= sc->rows || j < 0 || j >= sc->k) return 0; /* more than asked: ignored */
     sc->ids[(size_t)r * (size_t)sc->k + (size_t)j] = (int32_t)id;
     sc->lps[(size_t)r * (size_t)sc->k + (size_t)j] = (float)lp;
     return 0;

@@ -8,7 +8,7 @@
 #      under its limit, the four _serving rows PASS (the prefix cache really hit, solo ==
 #      concurrent bitwise under vLLM, a prompt longer than chunk=64) or SKIP with the expected
 #      reason;
-#      api=auto names the right dialect on stderr. tiny-long-context is a KNOWN GAP (below);
+#      api=auto names the right dialect on stderr. tiny-long-context fills the context (below);
 #   2. each mutant fake server fails the check that names its bug, exit 1 (vLLM: all seven;
 #      SGLang: the four whose bug meets what differs in that dialect);
 #      bf16 fails topk.* under the fp32 policy and passes them with --tier bf16;
@@ -271,15 +271,12 @@ JOBS=()
 for n in "${DENSE[@]}"; do JOBS+=("vllm:$n"); done
 for n in "${SGL_FIX[@]}"; do JOBS+=("sglang:$n"); done
 
-# KNOWN GAP (reported, not worked around silently): tiny-long-context's single case ctx4k is
-# 4092 prompt + 4 decode tokens = 4096 positions = the model's max_position_embeddings. Its
-# teacher-forced request must send all 4096 tokens to get the distribution at position 4095,
-# which no server with a 4096-token context serves: vLLM refuses a prompt of >= max_model_len
-# tokens (HTTP 400 "maximum context length"), SGLang's cap leaves no token to generate. The
-# http: backend does not yet clamp to the server's context (vLLM tells it: /v1/models
-# max_model_len) to score the 4095 positions it can reach. Asserted as it is today: ctx4k's
-# four teacher-forced topk rows FAIL with the context-length evidence, everything else PASSes;
-# when the backend learns the server's context, this block must change.
+# A case that fills the server's context: tiny-long-context's single case ctx4k is 4092 prompt
+# + 4 decode tokens = 4096 positions = the model's max_position_embeddings (the server's
+# max_model_len). The distribution at position 4095 needs a 4096-token prompt plus one generated
+# token, which no 4096-token context holds: the http: backend learns the context (vLLM's
+# /v1/models max_model_len) and scores the 4095 positions it can reach, saying so ("4095 of 4096
+# positions"), and the greedy run generates what the context holds. Asserted below.
 GAP_FIX=tiny-long-context
 GAP_CASE=ctx4k
 
@@ -309,12 +306,12 @@ part1() {
     [ "$fx" = tiny-long-decode ] &&
       skips="prefix_cache=too short for a prefix;long_prompt_chunks=fits one prefill chunk of 64"
     if [ "$fx" = "$GAP_FIX" ]; then
-      expect_rc "$label" 1
-      if [ "$dia" = vllm ]; then ev="maximum context length is 4096 tokens"; else
-        ev="0 generated tokens, 1 asked"; fi
-      n=$(rows "$TMP/$label.json" FAIL "topk\.(argmax|logprob|top1_in_k|overlap)" "$GAP_CASE" "$ev")
-      [ "$n" -eq 4 ] && ok "$label: KNOWN GAP: $GAP_CASE's 4 teacher-forced rows FAIL: '$ev'" ||
-        bad "$label: the known gap changed ($n rows say '$ev'): update this test"
+      expect_rc "$label" 0
+      n=$(rows "$TMP/$label.json" PASS "topk\.(argmax|logprob|top1_in_k|overlap|greedy)" "$GAP_CASE" "")
+      m=$(rows "$TMP/$label.json" PASS "topk\.argmax" "$GAP_CASE" "4095 of 4096 positions, 1 request")
+      [ "$n" -eq 5 ] && [ "$m" -eq 1 ] \
+        && ok "$label: $GAP_CASE fills the context: 4095 of 4096 positions scored, 5 topk rows PASS" \
+        || bad "$label: $GAP_CASE: $n topk rows PASS, $m say '4095 of 4096 positions'"
       if v=$(battery_verify "$TMP/$label.json" "$TMP/$label.cases" "$skips" "$GAP_CASE" "$bitwise"); then
         ok "$label: the rest passes: $v"; else bad "$label: $v"; fi
     else
@@ -470,7 +467,7 @@ key-on-cmdline|http:http://127.0.0.1:1,key=abc|name it with key_env=VAR
 key-env-unset|http:http://127.0.0.1:1,key_env=NOPE_UNSET_VAR|the environment variable NOPE_UNSET_VAR is not set
 unknown-option|http:http://127.0.0.1:1,bogus=1|unknown option 'bogus'
 api-bogus|http:http://127.0.0.1:1,api=bogus|api=bogus: not one of auto, openai, vllm, sglang, llama-server
-ftp|http:ftp://x|'http:ftp://x' is not
+ftp|http:ftp://x|'ftp://x' does not start with http:// or https://
 bad-timeout|http:http://127.0.0.1:1,timeout=abc|timeout=abc: invalid value
 EOF
 }
