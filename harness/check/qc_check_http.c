@@ -185,8 +185,9 @@ static void check_greedy(ctx *c, qc_server *srv, const qc_golden_case *gc,
                      s, sc.n_gen < gc->n_decode ? " (all the server's context holds)" : "",
                      sc.seconds);
         else
-            snprintf(kl, sizeof kl, "the server stopped after %d of %d greedy tokens (its "
-                     "end-of-sequence token %d); those equal the golden's (1 request, %.2f s)",
+            snprintf(kl, sizeof kl, "the server stopped after %d of %d greedy tokens (an "
+                     "end-of-sequence token, last %d, or its context); those equal the golden's "
+                     "(1 request, %.2f s)",
                      s, gc->n_decode, s > 0 ? (int)sc.gen[s - 1] : -1, sc.seconds);
         ck_emit_simple(c, gc->name, be, CK_SERVED, "topk.greedy", QC_VERDICT_PASS, kl, NULL);
         goto out;
@@ -225,6 +226,7 @@ int ck_http_open(ctx *c) {
 void ck_http_file(ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
     qc_err err;
     qc_server_set_vocab(srv, g->cfg.vocab_size);
+    qc_server_set_model_ctx(srv, g->cfg.max_position_embeddings);
     for (int i = 0; i < g->n_cases; i++) {
         if (!sel[i]) continue;
         if (ck_stop_now(c)) break;

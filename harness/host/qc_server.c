@@ -270,7 +270,13 @@ int qc_server_block(const qc_server *s) { return s->o.block; }
 int qc_server_chunk(const qc_server *s) { return s->o.chunk; }
 int qc_server_max_positions(const qc_server *s) { return s->o.max_positions; }
 int qc_server_inflight(const qc_server *s) { return s->o.inflight; }
-int qc_server_ctx(const qc_server *s) { return s->o.ctx; }
+int qc_server_ctx(const qc_server *s) {
+    int c = s->o.ctx > 0 ? s->o.ctx : s->model_ctx;
+    /* SGLang generates at most context - prompt - 1 tokens (the test double caps the same way):
+     * one position less for a request that must generate */
+    return s->api == QC_API_SGLANG && c > 2 ? c - 1 : c;
+}
+void qc_server_set_model_ctx(qc_server *s, int n) { s->model_ctx = n > 1 ? n : 0; }
 int qc_server_prompt_logprobs(const qc_server *s) {
     return s->api == QC_API_VLLM || s->api == QC_API_SGLANG;
 }

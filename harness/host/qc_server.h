@@ -76,8 +76,12 @@ int qc_server_block(const qc_server *s);   /* tokens per prefix-cache block */
 int qc_server_chunk(const qc_server *s);   /* tokens per prefill chunk / batch */
 int qc_server_max_positions(const qc_server *s);
 int qc_server_inflight(const qc_server *s);
-/* Tokens one request may hold (prompt + generated; 0: unknown, no limit applied). */
+/* Tokens one request may hold (prompt + generated): ctx=N, else what the server told, else the
+ * model's own limit set by qc_server_set_model_ctx; 0: unknown, no limit applied. */
 int qc_server_ctx(const qc_server *s);
+/* The model's max_position_embeddings (each golden file's config): the context when neither
+ * ctx=N nor the server says (a server does not serve past its model's positions). */
+void qc_server_set_model_ctx(qc_server *s, int n);
 /* 1 when one request returns the distribution at every prompt position (vllm, sglang). */
 int qc_server_prompt_logprobs(const qc_server *s);
 /* 1 when a request can bypass the prefix cache on its own (vllm cache_salt, llama-server

@@ -273,6 +273,7 @@ static int put_gen(const qc_server *s, qc_score *sc, int i, double id, const cha
 /* The number of generated tokens an answer holds must be what was asked. */
 static int check_gen_count(qc_score *sc, int got, const char *field) {
     sc->n_gen_got = got < sc->n_gen ? got : sc->n_gen;
+    if (sc->ids_only && got > 0 && got < sc->n_gen) return 0; /* stopped early: the caller says */
     if (got != sc->n_gen) {
         char b[200];
         snprintf(b, sizeof b, "%s: %d generated tokens, %d asked (max tokens with the "

@@ -15,6 +15,7 @@ struct qc_server {
     int vocab;           /* ids must be in [0, vocab) */
     char describe[512];  /* what was chosen and why */
     long cold_counter;   /* makes each cold request's cache_salt unique */
+    int model_ctx;       /* the golden's max_position_embeddings (qc_server_set_model_ctx) */
     int anchor;          /* llama-server: a token id whose text is complete UTF-8, biased to be
                             the sampled token of scoring requests (-1: none) — llama-server
                             omits the log-probabilities of a generated token whose text ends
