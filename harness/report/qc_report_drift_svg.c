@@ -19,42 +19,13 @@
 
 #include "qc/qc_file.h"
 #include "qc_cli.h"
+#include "qc_report_buf.h"
 #include "qc_cli_common.h"
 #include "qc_outpath.h"
 
 /* ===================================================================================== */
 /* a growing text buffer                                                                 */
 /* ===================================================================================== */
-
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return;
-        if (b->s && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t nc = (b->cap + (size_t)k + 1) * 2;
-        char *ns = realloc(b->s, nc);
-        if (!ns) {
-            b->oom = 1;
-            return;
-        }
-        b->s = ns;
-        b->cap = nc;
-    }
-}
 
 /* ===================================================================================== */
 /* drawing                                                                               */
@@ -86,7 +57,7 @@ static double ly(double v, double yhi) {
 static double lx(double step, int S) { return ML + (PW - ML - MR) * (S > 1 ? step / (S - 1) : 0); }
 
 /* One panel at vertical offset y0 for one row's drift object. */
-static void panel(sbuf *b, const cJSON *row, const cJSON *d, int y0) {
+static void panel(qc_sbuf *b, const cJSON *row, const cJSON *d, int y0) {
     const char *stem = cJSON_GetStringValue(cJSON_GetObjectItem(row, "stem"));
     const char *cs = cJSON_GetStringValue(cJSON_GetObjectItem(row, "case"));
     const char *be = cJSON_GetStringValue(cJSON_GetObjectItem(row, "backend"));
@@ -103,25 +74,25 @@ static void panel(sbuf *b, const cJSON *row, const cJSON *d, int y0) {
             if (x > 0 && isfinite(x) && ceil(log10(x)) > yhi) yhi = ceil(log10(x));
         }
     }
-    sb(b, "<g transform=\"translate(0,%d)\">\n", y0);
-    sb(b, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s/%s %s %s: long_decode_drift %s</text>\n", ML,
+    qc_sbuf_printf(b, "<g transform=\"translate(0,%d)\">\n", y0);
+    qc_sbuf_printf(b, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s/%s %s %s: long_decode_drift %s</text>\n", ML,
        stem ? stem : "?", cs ? cs : "?", be ? be : "?", md ? md : "?", vd ? vd : "?");
-    sb(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", ML,
+    qc_sbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", ML,
        MT, PW - ML - MR, PH - MT - MB);
     for (int e = (int)YLO; e <= (int)yhi; e++) {
         double y = ly(pow(10.0, e), yhi);
-        sb(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>"
+        qc_sbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>"
            "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">1e%d</text>\n", ML, y,
            PW - MR, y, ML - 4, y + 3, e);
     }
     for (int i = 0; i <= 4; i++) {
         double st = (S - 1) * i / 4.0;
-        sb(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%d</text>\n",
+        qc_sbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%d</text>\n",
            lx(st, S), PH - MB + 14, (int)st);
     }
-    sb(b, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">decode step</text>\n",
+    qc_sbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">decode step</text>\n",
        (ML + PW - MR) / 2, PH - 8);
-    sb(b, "<text x=\"14\" y=\"%d\" font-size=\"11\" transform=\"rotate(-90 14 %d)\" "
+    qc_sbuf_printf(b, "<text x=\"14\" y=\"%d\" font-size=\"11\" transform=\"rotate(-90 14 %d)\" "
        "text-anchor=\"middle\">max |actual - golden|</text>\n", (MT + PH - MB) / 2, (MT + PH - MB) / 2);
     int ci = 0, ly0 = MT + 4;
     cJSON_ArrayForEach(k, cv) {
@@ -131,22 +102,22 @@ static void panel(sbuf *b, const cJSON *row, const cJSON *d, int y0) {
         int all = steps && !strcmp(steps, "all");
         const cJSON *ma = cJSON_GetObjectItem(k, "max_abs");
         int j = 0;
-        sb(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" points=\"", col,
+        qc_sbuf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" points=\"", col,
            all ? "1" : "1.5");
         const cJSON *v;
         cJSON_ArrayForEach(v, ma) {
             double st = all ? j : num(cJSON_GetArrayItem(ts, j));
-            sb(b, "%.1f,%.1f ", lx(st, S), ly(num(v), yhi));
+            qc_sbuf_printf(b, "%.1f,%.1f ", lx(st, S), ly(num(v), yhi));
             j++;
         }
-        sb(b, "\"/>\n");
+        qc_sbuf_printf(b, "\"/>\n");
         if (ci == 0) {
             double at = num(cJSON_GetObjectItem(k, "atol"));
             if (at > 0)
-                sb(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" "
+                qc_sbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" "
                    "stroke-dasharray=\"5,4\"/>\n", ML, ly(at, yhi), PW - MR, ly(at, yhi), col);
         }
-        sb(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>"
+        qc_sbuf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>"
            "<text x=\"%d\" y=\"%d\" font-size=\"10\">%s</text>\n", PW - MR + 8, ly0, PW - MR + 24,
            ly0, col, PW - MR + 28, ly0 + 3, name ? name : "?");
         ly0 += 13;
@@ -156,14 +127,14 @@ static void panel(sbuf *b, const cJSON *row, const cJSON *d, int y0) {
     if (cJSON_IsObject(fo)) {
         double st = num(cJSON_GetObjectItem(fo, "step"));
         const char *tn = cJSON_GetStringValue(cJSON_GetObjectItem(fo, "tensor"));
-        sb(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d00\" "
+        qc_sbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d00\" "
            "stroke-dasharray=\"2,2\"/><text x=\"%.1f\" y=\"%d\" font-size=\"10\" fill=\"#d00\">"
            "first over tolerance: step %d (%s)</text>\n", lx(st, S), MT, lx(st, S), PH - MB,
            lx(st, S) + 3, MT + 12, (int)st, tn ? tn : "?");
     }
-    sb(b, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#555\">dashed: logits atol</text>\n",
+    qc_sbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#555\">dashed: logits atol</text>\n",
        PW - MR + 8, ly0 + 8);
-    sb(b, "</g>\n");
+    qc_sbuf_printf(b, "</g>\n");
 }
 
 /* The SVG of every long_decode_drift row with a drift object; NULL with *why when none. */
@@ -180,8 +151,8 @@ static char *drift_svg(const cJSON *report, const char **why) {
                "decode, e.g. fixtures/tiny-long-decode)";
         return NULL;
     }
-    sbuf b = {0};
-    sb(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+    qc_sbuf b = {0};
+    qc_sbuf_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
        "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", PW,
        PH * n);
     int i = 0;
@@ -189,7 +160,7 @@ static char *drift_svg(const cJSON *report, const char **why) {
         const cJSON *d = cJSON_GetObjectItem(row, "drift");
         if (cJSON_IsObject(d)) panel(&b, row, d, PH * i++);
     }
-    sb(&b, "</svg>\n");
+    qc_sbuf_printf(&b, "</svg>\n");
     if (b.oom) {
         free(b.s);
         *why = "out of memory";

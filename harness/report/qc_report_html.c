@@ -21,29 +21,6 @@
 /* the text buffer                                                                       */
 /* ===================================================================================== */
 
-void qc_hb_printf(qc_hbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return;
-        if (b->s && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t nc = (b->cap + (size_t)k + 1) * 2;
-        char *ns = realloc(b->s, nc);
-        if (!ns) {
-            b->oom = 1;
-            return;
-        }
-        b->s = ns;
-        b->cap = nc;
-    }
-}
-
 void qc_hb_puts(qc_hbuf *b, const char *s) { qc_hb_printf(b, "%s", s); }
 
 void qc_hb_esc(qc_hbuf *b, const char *s) {

@@ -8,16 +8,12 @@
 
 #include <stddef.h>
 
+#include "qc_report_buf.h"
 #include "qc_report_results.h"
 
-/* A growing text buffer; after an allocation failure oom is set and nothing more is added. */
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int oom;
-} qc_hbuf;
-
-void qc_hb_printf(qc_hbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The reports' growing text buffer (qc_report_buf.h). */
+typedef qc_sbuf qc_hbuf;
+#define qc_hb_printf qc_sbuf_printf
 void qc_hb_puts(qc_hbuf *b, const char *s);
 /* s escaped for HTML text and attribute values (& < > " ' ; control characters other than
  * tab / newline / carriage return become U+FFFD); NULL writes nothing. */
