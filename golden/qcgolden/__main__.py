@@ -2,10 +2,11 @@
 
 From the repository root (or anywhere):
   /usr/bin/python3 golden/qcgolden generate --model DIR --out FILE.h5 [--seed N] [--max-memory SIZE]
+      [--stream]
 From golden/ (or with PYTHONPATH=golden), the same as a module:
   /usr/bin/python3 -m qcgolden generate ...
 
-  generate --model DIR --out FILE.h5 [--seed N] [--max-memory SIZE]
+  generate --model DIR --out FILE.h5 [--seed N] [--max-memory SIZE] [--stream]
         the standard cases (len001 .. len130, cont, longseq) with prompt-seed search, for any
         HF-format Qwen3.5 checkpoint (tiny or real size; float64 needs 8 bytes per parameter)
   generate --model DIR --out FILE.h5 --tokens 1,2,3 [--history 4,5,6] [--decode 8] [--name custom]
@@ -31,7 +32,9 @@ the token lists, the output path) and estimates its memory: 8 bytes per paramete
 weights) plus 4 during loading (the float32 staging copy), the results kept until the file is
 written and the activations of the longest case. It refuses to start when that exceeds the
 machine's available memory (MemAvailable of /proc/meminfo, or the cgroup limit when lower);
-`--max-memory SIZE` (8G, 512M, 1.5GiB, bytes) sets the limit instead.
+`--max-memory SIZE` (8G, 512M, 1.5GiB, bytes) sets the limit instead. A model whose float64
+weights do not fit is streamed instead (qcgolden/stream.py: one layer in memory at a time, the
+same values bit for bit), or refused when even that does not fit; --stream streams anyway.
 """
 import os
 import sys
@@ -332,7 +335,10 @@ def check_safetensors_header(path):
 # Memory estimate (the arithmetic: qcgolden/memory.py)
 # ------------------------------------------------------------------------------------------------
 
-def check_memory(c, cases, max_memory, model_dir):
+def check_memory(c, cases, max_memory, model_dir, stream=False):
+    """True when the run must be streamed layer by layer (--stream, or the float64 model does
+    not fit the limit but a streamed run does: qcgolden/stream.py); InputError when even a
+    streamed run does not fit, naming what it needs."""
     est = memory.estimate(c, cases)
     if max_memory is not None:
         limit, src = parse_size(max_memory), "--max-memory %s" % max_memory
@@ -341,15 +347,27 @@ def check_memory(c, cases, max_memory, model_dir):
             limit, src = memory.available_memory()
         except memory.MemInfoError as e:
             raise InputError(str(e))
-    if est["total"] > limit:
+    if est["total"] <= limit and not stream:
+        return False
+    from . import stream as qstream
+    st = qstream.estimate(c, cases)
+    if st["total"] > limit:
         raise InputError(
-            "%s: needs about %s > %s %s: %d parameters x 8 bytes (float64) = %s, +%s float32 "
-            "staging while loading, results %s, activations of the longest case (%s) %s, +10%% "
-            "and 64 MiB margin; pass --max-memory SIZE to set the limit" % (
-                model_dir, gib(est["total"]), gib(limit), src, est["params"], gib(est["weights"]),
-                gib(est["staging"]), gib(est["results"]), est["longest"],
+            "%s: needs about %s > %s %s even streamed layer by layer: the largest layer %d "
+            "parameters x 8 bytes = %s, +%s float32 staging, lm_head / embedding rows %s, "
+            "states %s, activations %s, results %s, +10%% and 64 MiB margin (in memory: about "
+            "%s: %d parameters x 8 bytes (float64) = %s, +%s float32 staging while loading, "
+            "results %s, activations of the longest case (%s) %s); pass --max-memory SIZE to "
+            "set the limit" % (
+                model_dir, gib(st["total"]), gib(limit), src, st["layer_params"],
+                gib(st["layer"]), gib(st["staging"]), gib(st["rows"]), gib(st["states"]),
+                gib(st["activations"]), gib(st["results"]), gib(est["total"]), est["params"],
+                gib(est["weights"]), gib(est["staging"]), gib(est["results"]), est["longest"],
                 gib(est["activations"])))
-    return est
+    sys.stderr.write("%s: note: streaming the weights layer by layer: about %s (in memory: "
+                     "about %s; limit %s %s)\n" % (PROG, gib(st["total"]), gib(est["total"]),
+                                                   gib(limit), src))
+    return True
 
 
 # ------------------------------------------------------------------------------------------------
@@ -415,6 +433,78 @@ def _print(text):
             pass
 
 
+def _load_model(model_dir):
+    """The float64 model in memory, every weight checked finite."""
+    from . import checkpoint
+    from .model import Model
+    try:
+        model = Model.from_dir(model_dir)
+    except (checkpoint.CheckpointError, safetensors.SafetensorsError, qconfig.ConfigError) as e:
+        raise InputError(str(e))
+    import torch
+    for name in sorted(model.W):
+        w = model.W[name]
+        bad = ~torch.isfinite(w)
+        if bool(bad.any()):
+            idx = tuple(int(i) for i in bad.nonzero()[0])
+            raise InputError("%s: tensor %s has a non-finite value (%s) at index %s"
+                             % (model_dir, name, float(w[idx]), idx))
+    return model
+
+
+def _run_streamed(model_dir, cfg, jobs):
+    """The jobs' results with the weights streamed layer by layer (qcgolden/stream.py)."""
+    from . import checkpoint, stream
+    bad = (checkpoint.CheckpointError, safetensors.SafetensorsError, qconfig.ConfigError)
+    try:
+        model = stream.StreamModel(model_dir, cfg)
+    except bad as e:
+        raise InputError(str(e))
+    try:
+        return stream.run_jobs(model, jobs)
+    except bad as e:
+        raise InputError(str(e))
+    finally:
+        model.close()
+
+
+def _tokens_case(model, hist, toks, n_decode):
+    """The --tokens case: history replayed as one prefill, the prompt, n_decode greedy steps."""
+    import numpy as np
+    from . import goldens
+    state = model.new_state()
+    if hist:
+        model.forward(hist, state)
+    if n_decode:
+        r = goldens.prefill_and_decode(model, state, toks, n_decode)
+    else:  # (goldens.prefill_and_decode cannot shape an empty decode_logits)
+        logits, hidden = model.forward(toks, state, collect_hidden=True)
+        r = {"logits": logits.numpy(), "hidden": hidden.numpy(), "state": state.arrays(),
+             "margins": np.zeros(0)}
+    r.update(tokens=np.array(toks), start_pos=len(hist),
+             history_tokens=np.array(hist, dtype=np.int64), history_margins=np.zeros(0),
+             prompt_seed=None)
+    if r["margins"].size and r["margins"].min() < goldens.MIN_MARGIN:
+        sys.stderr.write("%s: warning: a greedy choice has margin %.3g < %g (near-tie)\n"
+                         % (PROG, r["margins"].min(), goldens.MIN_MARGIN))
+    if goldens.router_margin_min(r) < goldens.ROUTER_MARGIN_THRESHOLD:
+        sys.stderr.write("%s: warning: a router decision has margin %.3g < %g (near-tie)\n"
+                         % (PROG, goldens.router_margin_min(r), goldens.ROUTER_MARGIN_THRESHOLD))
+    return r
+
+
+def _standard_case(model, c, seed, i, model_dir):
+    """A standard case with its prompt-seed search (goldens.choose_case)."""
+    from . import goldens
+    try:
+        return goldens.choose_case(model, c, seed, i)
+    except RuntimeError as e:
+        if "no prompt with all margins" not in str(e):
+            raise
+        raise InputError("%s: case %s: %s (degenerate logits?); give a prompt with "
+                         "--tokens" % (model_dir, c.name, e))
+
+
 def cmd_generate(a):
     model_dir = a.model
     if not os.path.isdir(model_dir):
@@ -450,8 +540,7 @@ def cmd_generate(a):
 
     from . import setup_torch
     setup_torch()
-    from . import checkpoint, goldens
-    from .model import Model
+    from . import goldens
 
     if toks:
         specs = [goldens.CaseSpec(a.name or "custom", len(toks), n_decode=n_decode,
@@ -461,52 +550,18 @@ def cmd_generate(a):
         specs = goldens.default_cases()
         shape = [(s.name, s.history_prompt, s.history_decode, s.n_tokens, s.n_decode)
                  for s in specs]
-    check_memory(cfg, shape, a.max_memory, model_dir)
-
-    try:
-        model = Model.from_dir(model_dir)
-    except (checkpoint.CheckpointError, safetensors.SafetensorsError, qconfig.ConfigError) as e:
-        raise InputError(str(e))
-    import torch
-    for name in sorted(model.W):
-        w = model.W[name]
-        bad = ~torch.isfinite(w)
-        if bool(bad.any()):
-            idx = tuple(int(i) for i in bad.nonzero()[0])
-            raise InputError("%s: tensor %s has a non-finite value (%s) at index %s"
-                             % (model_dir, name, float(w[idx]), idx))
-
+    streamed = check_memory(cfg, shape, a.max_memory, model_dir, a.stream)
     if toks:
-        import numpy as np
-        state = model.new_state()
-        if hist:
-            model.forward(hist, state)
-        if n_decode:
-            r = goldens.prefill_and_decode(model, state, toks, n_decode)
-        else:  # (goldens.prefill_and_decode cannot shape an empty decode_logits)
-            logits, hidden = model.forward(toks, state, collect_hidden=True)
-            r = {"logits": logits.numpy(), "hidden": hidden.numpy(), "state": state.arrays(),
-                 "margins": np.zeros(0)}
-        r.update(tokens=np.array(toks), start_pos=len(hist),
-                 history_tokens=np.array(hist, dtype=np.int64), history_margins=np.zeros(0),
-                 prompt_seed=None)
-        if r["margins"].size and r["margins"].min() < goldens.MIN_MARGIN:
-            sys.stderr.write("%s: warning: a greedy choice has margin %.3g < %g (near-tie)\n"
-                             % (PROG, r["margins"].min(), goldens.MIN_MARGIN))
-        if goldens.router_margin_min(r) < goldens.ROUTER_MARGIN_THRESHOLD:
-            sys.stderr.write("%s: warning: a router decision has margin %.3g < %g (near-tie)\n"
-                             % (PROG, goldens.router_margin_min(r), goldens.ROUTER_MARGIN_THRESHOLD))
-        done = [(specs[0], r)]
+        jobs = [lambda m: _tokens_case(m, hist, toks, n_decode)]
     else:
-        done = []
-        for i, c in enumerate(specs):
-            try:
-                done.append((c, goldens.choose_case(model, c, a.seed, i)))
-            except RuntimeError as e:
-                if "no prompt with all margins" not in str(e):
-                    raise
-                raise InputError("%s: case %s: %s (degenerate logits?); give a prompt with "
-                                 "--tokens" % (model_dir, c.name, e))
+        jobs = [(lambda m, c=c, i=i: _standard_case(m, c, a.seed, i, model_dir))
+                for i, c in enumerate(specs)]
+    if streamed:
+        results = _run_streamed(model_dir, cfg, jobs)
+    else:
+        model = _load_model(model_dir)
+        results = [job(model) for job in jobs]
+    done = list(zip(specs, results))
     # h5py prints a traceback from every object destructor that meets the broken file after a
     # failed write (Cython's unraisable report, straight to sys.stderr): held back, and shown
     # only when the write succeeds (then it is something else worth seeing)
@@ -655,6 +710,8 @@ def build_parser():
     g.add_argument("--name", default=None, help="(--tokens) the case name (default custom)")
     g.add_argument("--max-memory", metavar="SIZE", help="refuse when the estimate exceeds SIZE "
                    "(e.g. 8G; default: the machine's available memory)")
+    g.add_argument("--stream", action="store_true", help="read the weights layer by layer "
+                   "(the default when the float64 model does not fit the memory limit)")
     w = sub.add_parser("write-model", allow_abbrev=False, prog=PROG + " write-model",
                        help="write a fixture checkpoint, or a synthetic one of a preset's size")
     w.add_argument("--fixture", help="a committed fixture's checkpoint (qcgolden/fixtures.py)")

@@ -214,6 +214,26 @@ def canonical_name(name):
     return name  # unknown: reported by load()
 
 
+def split_legacy(raw, where, cfg):
+    """Every legacy packed in_proj_qkvz / in_proj_ba of raw (canonical name -> array) split
+    into the Qwen3.5 tensors, in place (load(), and lazyweights.py per layer)."""
+    for c in sorted(raw):
+        if c.endswith("linear_attn.in_proj_qkvz.weight"):
+            p = c[:-len("in_proj_qkvz.weight")]
+            want = (2 * cfg.key_dim + 2 * cfg.value_dim, cfg.hidden_size)
+            if raw[c].shape != want:
+                raise CheckpointError("%s: %s: shape %s != %s" % (where[c], c, list(raw[c].shape), list(want)))
+            raw[p + "in_proj_qkv.weight"], raw[p + "in_proj_z.weight"] = split_qkvz(raw.pop(c), cfg)
+            where[p + "in_proj_qkv.weight"] = where[p + "in_proj_z.weight"] = where[c]
+        elif c.endswith("linear_attn.in_proj_ba.weight"):
+            p = c[:-len("in_proj_ba.weight")]
+            want = (2 * cfg.linear_num_value_heads, cfg.hidden_size)
+            if raw[c].shape != want:
+                raise CheckpointError("%s: %s: shape %s != %s" % (where[c], c, list(raw[c].shape), list(want)))
+            raw[p + "in_proj_b.weight"], raw[p + "in_proj_a.weight"] = split_ba(raw.pop(c), cfg)
+            where[p + "in_proj_b.weight"] = where[p + "in_proj_a.weight"] = where[c]
+
+
 def load(model_dir, cfg=None):
     """(cfg, {canonical name: float64 tensor}, info) for a checkpoint directory.
     info: {"dtypes": {name: dtype}, "skipped": n ignorable tensors, "files": [...]}."""
@@ -234,22 +254,7 @@ def load(model_dir, cfg=None):
     except ValueError as e:
         raise CheckpointError(str(e))
 
-    # legacy packed layout -> split
-    for c in sorted(raw):
-        if c.endswith("linear_attn.in_proj_qkvz.weight"):
-            p = c[:-len("in_proj_qkvz.weight")]
-            want = (2 * cfg.key_dim + 2 * cfg.value_dim, cfg.hidden_size)
-            if raw[c].shape != want:
-                raise CheckpointError("%s: %s: shape %s != %s" % (where[c], c, list(raw[c].shape), list(want)))
-            raw[p + "in_proj_qkv.weight"], raw[p + "in_proj_z.weight"] = split_qkvz(raw.pop(c), cfg)
-            where[p + "in_proj_qkv.weight"] = where[p + "in_proj_z.weight"] = where[c]
-        elif c.endswith("linear_attn.in_proj_ba.weight"):
-            p = c[:-len("in_proj_ba.weight")]
-            want = (2 * cfg.linear_num_value_heads, cfg.hidden_size)
-            if raw[c].shape != want:
-                raise CheckpointError("%s: %s: shape %s != %s" % (where[c], c, list(raw[c].shape), list(want)))
-            raw[p + "in_proj_b.weight"], raw[p + "in_proj_a.weight"] = split_ba(raw.pop(c), cfg)
-            where[p + "in_proj_b.weight"] = where[p + "in_proj_a.weight"] = where[c]
+    split_legacy(raw, where, cfg)  # legacy packed layout -> split
 
     if cfg.is_moe:
         fuse_experts(raw, where, cfg, model_dir)

@@ -232,13 +232,11 @@ class Model:
         embedding output, hidden[i] the output of layer i-1, hidden[L] the final-norm output.
         moe_trace (a dict, MoE models): filled with float64 numpy "moe_in" [L, T, H] (the
         residual after each mixer), "topk_ids" int64 [L, T, k], "topk_weights" [L, T, k],
-        "router_margins" [L, T] (moe.py)."""
+        "router_margins" [L, T] (moe.py).
+        (stream.py runs the same steps layer-major for many calls: token_ids, decoder_layer,
+        store_moe_trace, rms_norm_1p, the lm_head product.)"""
         cfg = self.cfg
-        ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
-        if ids.ndim != 1 or ids.numel() == 0:
-            raise ValueError("tokens must be a non-empty 1-D sequence")
-        if int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab_size:
-            raise ValueError("token id outside [0, %d)" % cfg.vocab_size)
+        ids = token_ids(tokens, cfg)
         positions = state.pos + torch.arange(ids.numel())
         h = self.W["embed_tokens.weight"][ids]                    # plain gather, no scaling
         hidden = [h]
@@ -247,12 +245,27 @@ class Model:
             h = decoder_layer(h, i, self.W, cfg, state.layers[i], positions, kernel, layers)
             hidden.append(h)
         if layers is not None:
-            moe_trace["moe_in"] = torch.stack([m for m, _ in layers]).numpy()
-            for key, name in (("ids", "topk_ids"), ("weights", "topk_weights"),
-                              ("margins", "router_margins")):
-                moe_trace[name] = torch.stack([r[key] for _, r in layers]).numpy()
+            store_moe_trace(layers, moe_trace)
         h = rms_norm_1p(h, self.W["norm.weight"], cfg.rms_norm_eps)
         hidden[-1] = h
         state.pos += ids.numel()
         logits = h @ self.W["lm_head.weight"].T
         return logits, (torch.stack(hidden) if collect_hidden else None)
+
+
+def token_ids(tokens, cfg):
+    """The int64 tensor [T] of a forward call's tokens; ValueError when empty or out of range."""
+    ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
+    if ids.ndim != 1 or ids.numel() == 0:
+        raise ValueError("tokens must be a non-empty 1-D sequence")
+    if int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab_size:
+        raise ValueError("token id outside [0, %d)" % cfg.vocab_size)
+    return ids
+
+
+def store_moe_trace(layers, moe_trace):
+    """Model.forward's moe_trace dict from decoder_layer's [(moe_in, router record)] per layer."""
+    moe_trace["moe_in"] = torch.stack([m for m, _ in layers]).numpy()
+    for key, name in (("ids", "topk_ids"), ("weights", "topk_weights"),
+                      ("margins", "router_margins")):
+        moe_trace[name] = torch.stack([r[key] for _, r in layers]).numpy()
