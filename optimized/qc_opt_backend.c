@@ -319,42 +319,99 @@ static void mlp(qc_opt *o, int l, int n) {
 /* Forward                                                                                */
 /* ===================================================================================== */
 
-static void forward_body(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                         qc_state *st, float *logits, int all_logits, int chunk);
+/* One call: a whole forward pass or one of its steps (qc_backend.h). */
+typedef enum { CALL_FORWARD, CALL_LAYER, CALL_NORM, CALL_LOGITS } call_kind;
+typedef struct {
+    call_kind kind;
+    const int32_t *tokens;  /* FORWARD: [n] */
+    int n, start_pos, layer, chunk, all_logits;
+    qc_state *st;           /* FORWARD, LAYER */
+    float *h;               /* LAYER: [n, H] in/out; NORM: [n, H] in */
+    float *xn;              /* NORM: [n, H] out; LOGITS: [n, H] in */
+    const qc_tensor *rows;  /* LOGITS: the output head's rows (FORWARD: model->lm_head) */
+    float *logits;          /* FORWARD: NULL / [n, V] / [1, V]; LOGITS: [n, ld] */
+    long ld;
+} opt_call;
 
-static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                             qc_state *st, float *logits, int all_logits, qc_err *err) {
+static void forward_body(qc_backend *be, const opt_call *c);
+
+/* The DeltaNet chunk of a call of n tokens (0: the recurrence). */
+static int chunk_of(const qc_backend *be, int n) {
+    return be->opts.dn_kernel == QC_DN_CHUNKED ? (be->opts.chunk_size < n ? be->opts.chunk_size : n)
+                                               : 0;
+}
+
+/* RoPE cos | sin of the call's positions into o->rope. */
+static void rope_table(qc_opt *o, const qc_config *c, int n, int start_pos) {
+    const int rd = c->rotary_dim, half = rd / 2;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < half; i++) {
+            const float a = (float)(start_pos + t) * o->inv_freq[i];
+            o->rope[(size_t)t * rd + i] = cosf(a);
+            o->rope[(size_t)t * rd + half + i] = sinf(a);
+        }
+}
+
+/* Layer l on o->h (the residual stream of the call's n tokens). */
+static void layer_body(qc_backend *be, int l, int n, int start_pos, qc_state *st, int chunk) {
     qc_opt *o = be->impl;
-    const qc_model *m = o->m;
-    const qc_config *c = &m->cfg;
+    const qc_config *c = &o->m->cfg;
     const int H = c->hidden_size;
-    if (n == 1 && opt_test_decode_sleep_us > 0) {
-        struct timespec ts = {opt_test_decode_sleep_us / 1000000, (opt_test_decode_sleep_us % 1000000) * 1000};
-        nanosleep(&ts, NULL);
+    const float eps = (float)c->rms_eps;
+    const qc_opt_layer *Ly = &o->layers[l];
+    rmsnorm_rows(o, o->xn, o->h, n, H, Ly->in_norm1p, eps);
+    if (c->layer_types[l] == QC_LAYER_FULL) attention(o, l, n, start_pos, st);
+    else qc_opt_deltanet(o, l, n, st, chunk);
+    add_rows(o, o->h, o->u, (size_t)n * H);
+    if (qc_cfg_is_moe(c) && be->opts.trace)
+        be->opts.trace(be->opts.trace_user, l, "moe_in", start_pos, n, H, o->h);
+    rmsnorm_rows(o, o->xn, o->h, n, H, Ly->post_norm1p, eps);
+    if (qc_cfg_is_moe(c)) qc_opt_moe(o, l, n, start_pos, &be->opts);
+    else mlp(o, l, n);
+    add_rows(o, o->h, o->u, (size_t)n * H);
+    if (be->opts.trace && l < c->n_layers - 1)
+        be->opts.trace(be->opts.trace_user, l + 1, "hidden", start_pos, n, H, o->h);
+}
+
+/* The call on thread 0 (helpers, if any, take the jobs it posts). */
+static void call_body(qc_backend *be, const opt_call *c) {
+    qc_opt *o = be->impl;
+    const qc_config *cfg = &o->m->cfg;
+    const int H = cfg->hidden_size;
+    const size_t bytes = (size_t)c->n * H * sizeof(float);
+    switch (c->kind) {
+    case CALL_FORWARD: forward_body(be, c); break;
+    case CALL_LAYER:
+        memcpy(o->h, c->h, bytes);
+        if (cfg->layer_types[c->layer] == QC_LAYER_FULL) rope_table(o, cfg, c->n, c->start_pos);
+        layer_body(be, c->layer, c->n, c->start_pos, c->st, c->chunk);
+        memcpy(c->h, o->h, bytes);
+        break;
+    case CALL_NORM:
+        rmsnorm_rows(o, c->xn, c->h, c->n, H, o->final_norm1p, (float)cfg->rms_eps);
+        if (be->opts.trace)
+            be->opts.trace(be->opts.trace_user, cfg->n_layers, "hidden", c->start_pos, c->n, H, c->xn);
+        break;
+    case CALL_LOGITS: {
+        qc_opt_lin lo = {c->rows, c->logits, c->ld};
+        QC_OPT_PROF_CLASS(QC_OP_LMHEAD);
+        qc_opt_linear(o, c->xn, H, c->n, H, &lo, 1);
+        break;
     }
-    /* the arguments were validated by qc_backend_forward (the call contract, qc_backend.h),
-     * the chunk against be->max_chunk_tokens = o->cmax; this backend's own capacity stays
-     * guarded here (a caller that bypasses the contract gets an error, not an overflow) */
-    const int chunk = be->opts.dn_kernel == QC_DN_CHUNKED
-                          ? (be->opts.chunk_size < n ? be->opts.chunk_size : n)
-                          : 0;
-    if (chunk > o->cmax || n > o->max_tokens)
-        return qc_errf(err, QC_ERR_ARG,
-                       "optimized forward: %d tokens in chunks of %d exceed the scratch sized at "
-                       "create (max_tokens %d, chunk scratch %d tokens)",
-                       n, chunk, o->max_tokens, o->cmax);
-    const int I = qc_cfg_is_moe(c) ? c->n_experts_per_tok * c->moe_intermediate_size +
-                                         c->shared_expert_intermediate_size
-                                   : c->intermediate_size;
-    if (QC_OPT_PAR(o, (double)n * H * I)) {
-        /* one parallel region per forward: thread 0 runs the pass, the others help with its
-         * jobs (qc_opt_pool.c); passes too small to share any job run inline */
+    }
+}
+
+/* Run a call: one parallel region when the work is worth sharing (thread 0 runs the call, the
+ * others help with its jobs, qc_opt_pool.c), else inline. */
+static void run_call(qc_backend *be, const opt_call *c, double work) {
+    qc_opt *o = be->impl;
+    if (QC_OPT_PAR(o, work)) {
         qc_opt_pool_reset(&o->pool);
 #pragma omp parallel num_threads(o->nthreads)
         {
             if (omp_get_thread_num() == 0) {
                 o->pool_active = omp_get_num_threads() > 1;
-                forward_body(be, tokens, n, start_pos, st, logits, all_logits, chunk);
+                call_body(be, c);
                 o->pool_active = 0;
                 qc_opt_pool_quit(&o->pool);
             } else {
@@ -362,18 +419,90 @@ static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int s
             }
         }
     } else {
-        forward_body(be, tokens, n, start_pos, st, logits, all_logits, chunk);
+        call_body(be, c);
     }
+}
+
+/* The work of a pass over n tokens that decides whether to share it: n * H * I. */
+static double pass_work(const qc_config *c, int n) {
+    const int I = qc_cfg_is_moe(c) ? c->n_experts_per_tok * c->moe_intermediate_size +
+                                         c->shared_expert_intermediate_size
+                                   : c->intermediate_size;
+    return (double)n * c->hidden_size * I;
+}
+
+/* This backend's own capacity stays guarded (a caller that bypasses the contract gets an
+ * error, not an overflow); the contract itself was checked by qc_backend_forward. */
+static qc_status check_capacity(const qc_opt *o, int n, int chunk, qc_err *err) {
+    if (chunk > o->cmax || n > o->max_tokens)
+        return qc_errf(err, QC_ERR_ARG,
+                       "optimized forward: %d tokens in chunks of %d exceed the scratch sized at "
+                       "create (max_tokens %d, chunk scratch %d tokens)",
+                       n, chunk, o->max_tokens, o->cmax);
+    return QC_OK;
+}
+
+static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
+                             qc_state *st, float *logits, int all_logits, qc_err *err) {
+    qc_opt *o = be->impl;
+    if (n == 1 && opt_test_decode_sleep_us > 0) {
+        struct timespec ts = {opt_test_decode_sleep_us / 1000000, (opt_test_decode_sleep_us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
+    }
+    const int chunk = chunk_of(be, n);
+    qc_status s = check_capacity(o, n, chunk, err);
+    if (s) return s;
+    opt_call c = {.kind = CALL_FORWARD, .tokens = tokens, .n = n, .start_pos = start_pos,
+                  .chunk = chunk, .all_logits = all_logits, .st = st, .logits = logits,
+                  .rows = &o->m->lm_head, .ld = o->m->cfg.vocab_size};
+    run_call(be, &c, pass_work(&o->m->cfg, n));
+    return QC_OK;
+}
+
+static qc_status opt_step_layer(qc_backend *be, int l, float *h, int n, int start_pos,
+                                qc_state *st, qc_err *err) {
+    qc_opt *o = be->impl;
+    const int chunk = chunk_of(be, n);
+    qc_status s = check_capacity(o, n, chunk, err);
+    if (s) return s;
+    if (l < 0 || l >= o->m->cfg.n_layers)
+        return qc_errf(err, QC_ERR_ARG, "optimized step: layer %d of %d", l, o->m->cfg.n_layers);
+    opt_call c = {.kind = CALL_LAYER, .n = n, .start_pos = start_pos, .layer = l, .chunk = chunk,
+                  .st = st, .h = h};
+    run_call(be, &c, pass_work(&o->m->cfg, n));
+    return QC_OK;
+}
+
+static qc_status opt_step_norm(qc_backend *be, const float *h, float *xn, int n, int start_pos,
+                               qc_err *err) {
+    qc_opt *o = be->impl;
+    qc_status s = check_capacity(o, n, 0, err);
+    if (s) return s;
+    opt_call c = {.kind = CALL_NORM, .n = n, .start_pos = start_pos, .h = (float *)h, .xn = xn};
+    run_call(be, &c, pass_work(&o->m->cfg, n));
+    return QC_OK;
+}
+
+static qc_status opt_step_logits(qc_backend *be, const float *xn, int n, const qc_tensor *rows,
+                                 float *logits, long ld, qc_err *err) {
+    qc_opt *o = be->impl;
+    qc_status s = check_capacity(o, n, 0, err);
+    if (s) return s;
+    opt_call c = {.kind = CALL_LOGITS, .n = n, .xn = (float *)xn, .rows = rows, .logits = logits,
+                  .ld = ld};
+    run_call(be, &c, pass_work(&o->m->cfg, n));
     return QC_OK;
 }
 
 /* the pass itself (arguments validated) */
-static void forward_body(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                         qc_state *st, float *logits, int all_logits, int chunk) {
+static void forward_body(qc_backend *be, const opt_call *cl) {
     qc_opt *o = be->impl;
     const qc_model *m = o->m;
     const qc_config *c = &m->cfg;
-    const int H = c->hidden_size, V = c->vocab_size, L = c->n_layers;
+    const int H = c->hidden_size, L = c->n_layers;
+    const int n = cl->n, start_pos = cl->start_pos;
+    const int32_t *tokens = cl->tokens;
+    float *logits = cl->logits;
     const float eps = (float)c->rms_eps;
 
     /* embeddings */
@@ -396,33 +525,12 @@ static void forward_body(qc_backend *be, const int32_t *tokens, int n, int start
             }
     }
     if (be->opts.trace) be->opts.trace(be->opts.trace_user, 0, "hidden", start_pos, n, H, o->h);
-    /* RoPE cos | sin per token */
-    const int rd = c->rotary_dim, half = rd / 2;
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < half; i++) {
-            const float a = (float)(start_pos + t) * o->inv_freq[i];
-            o->rope[(size_t)t * rd + i] = cosf(a);
-            o->rope[(size_t)t * rd + half + i] = sinf(a);
-        }
+    rope_table(o, c, n, start_pos);
 
-    for (int l = 0; l < L; l++) {
-        const qc_opt_layer *Ly = &o->layers[l];
-        rmsnorm_rows(o, o->xn, o->h, n, H, Ly->in_norm1p, eps);
-        if (c->layer_types[l] == QC_LAYER_FULL) attention(o, l, n, start_pos, st);
-        else qc_opt_deltanet(o, l, n, st, chunk);
-        add_rows(o, o->h, o->u, (size_t)n * H);
-        if (qc_cfg_is_moe(c) && be->opts.trace)
-            be->opts.trace(be->opts.trace_user, l, "moe_in", start_pos, n, H, o->h);
-        rmsnorm_rows(o, o->xn, o->h, n, H, Ly->post_norm1p, eps);
-        if (qc_cfg_is_moe(c)) qc_opt_moe(o, l, n, start_pos, &be->opts);
-        else mlp(o, l, n);
-        add_rows(o, o->h, o->u, (size_t)n * H);
-        if (be->opts.trace && l < L - 1)
-            be->opts.trace(be->opts.trace_user, l + 1, "hidden", start_pos, n, H, o->h);
-    }
+    for (int l = 0; l < L; l++) layer_body(be, l, n, start_pos, cl->st, cl->chunk);
 
     /* final norm: every row when traced or all logits are asked, else the last row only */
-    const int all = be->opts.trace || (logits && all_logits);
+    const int all = be->opts.trace || (logits && cl->all_logits);
     if (all) {
         rmsnorm_rows(o, o->xn, o->h, n, H, o->final_norm1p, eps);
         if (be->opts.trace) be->opts.trace(be->opts.trace_user, L, "hidden", start_pos, n, H, o->xn);
@@ -431,9 +539,9 @@ static void forward_body(qc_backend *be, const int32_t *tokens, int n, int start
                      o->final_norm1p, eps);
     }
     if (logits) {
-        qc_opt_lin lo = {&m->lm_head, logits, V};
+        qc_opt_lin lo = {cl->rows, logits, cl->ld};
         QC_OPT_PROF_CLASS(QC_OP_LMHEAD);
-        if (all_logits) qc_opt_linear(o, o->xn, H, n, H, &lo, 1);
+        if (cl->all_logits) qc_opt_linear(o, o->xn, H, n, H, &lo, 1);
         else qc_opt_linear(o, o->xn + (size_t)(n - 1) * H, H, 1, H, &lo, 1);
     }
 }
@@ -674,6 +782,9 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     be->opts = op;
     be->impl = o;
     be->forward = opt_forward;
+    be->step_layer = opt_step_layer;
+    be->step_norm = opt_step_norm;
+    be->step_logits = opt_step_logits;
     be->destroy = opt_destroy;
     be->describe = opt_describe;
     be->max_chunk_tokens = o->cmax; /* the call contract checks min(chunk_size, n) against it */

@@ -80,62 +80,106 @@ static void trace_named(const qc_backend *be, const char *name, int index, int s
     if (be->opts.trace) be->opts.trace(be->opts.trace_user, index, name, start_pos, n, dim, d);
 }
 
+/* Layer i on the residual stream h [n, H] (in place): the body of the forward's loop. */
+static void ref_layer_pass(qc_backend *be, int i, float *h, int n, int start_pos, qc_state *st) {
+    ref_impl *R = (ref_impl *)be->impl;
+    const qc_config *c = R->cfg;
+    const int H = c->hidden_size, I = c->intermediate_size, L = c->n_layers;
+    const int use_chunked = be->opts.dn_kernel == QC_DN_CHUNKED;
+    ref_layer *ly = &R->layers[i];
+    const qc_layer_weights *w = &be->model->layers[i];
+
+    /* token mixer: h = h + Mixer(RMSNorm_1p(h)) */
+    qc_ref_rmsnorm_1p(R->u, h, n, H, ly->input_norm, (float)c->rms_eps);
+    if (ly->kind == QC_LAYER_FULL)
+        qc_ref_gated_attention(R->y, R->u, n, start_pos, &ly->attn, st->k_cache[i],
+                               st->v_cache[i], st->max_context_len, &R->attn);
+    else
+        qc_ref_gated_deltanet(R->y, R->u, n, &ly->dn, st->conv_state[i], st->recurrent_state[i],
+                              use_chunked, be->opts.chunk_size, &R->dn);
+    for (size_t k = 0; k < (size_t)n * H; k++) h[k] = h[k] + R->y[k];
+
+    /* MLP: h = h + MLP(RMSNorm_1p(h)); a MoE model's MLP is the MoE block */
+    if (qc_cfg_is_moe(c)) trace_named(be, "moe_in", i, start_pos, n, H, h);
+    qc_ref_rmsnorm_1p(R->u, h, n, H, ly->post_norm, (float)c->rms_eps);
+    if (qc_cfg_is_moe(c)) {
+        qc_ref_moe(R->y, R->u, n, &ly->moe, &R->moe);
+        trace_named(be, "router_topk", i, start_pos, n, 2 * c->n_experts_per_tok, R->moe.route);
+    } else {
+        qc_ref_mlp(R->y, R->u, n, H, I, &w->mlp_gate, &w->mlp_up, &w->mlp_down, R->mlp_gate,
+                   R->mlp_up, R->row);
+    }
+    for (size_t k = 0; k < (size_t)n * H; k++) h[k] = h[k] + R->y[k];
+
+    if (i < L - 1) trace(be, i + 1, start_pos, n, H, h);
+}
+
+/* The final norm of h [n, H] into xn [n, H] (traced as index L). */
+static void ref_norm(qc_backend *be, const float *h, float *xn, int n, int start_pos) {
+    ref_impl *R = (ref_impl *)be->impl;
+    const qc_config *c = R->cfg;
+    qc_ref_rmsnorm_1p(xn, h, n, c->hidden_size, R->final_norm, (float)c->rms_eps);
+    trace(be, c->n_layers, start_pos, n, c->hidden_size, xn);
+}
+
+/* logits[t * ld + r] = xn[t] . rows[r] for the rows of the output head given. */
+static void ref_logits(qc_backend *be, const float *xn, int n, const qc_tensor *rows,
+                       float *logits, long ld) {
+    ref_impl *R = (ref_impl *)be->impl;
+    const int H = R->cfg->hidden_size, V = (int)rows->shape[0];
+    for (int r = 0; r < V; r++) {
+        const float *w = qc_ref_weight_row(rows, (size_t)r, H, R->row);
+        for (int t = 0; t < n; t++) logits[(size_t)t * ld + r] = qc_ref_dot(xn + (size_t)t * H, w, H);
+    }
+}
+
 static qc_status ref_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
                              qc_state *st, float *logits, int all_logits, qc_err *err) {
     ref_impl *R = (ref_impl *)be->impl;
     const qc_config *c = R->cfg;
-    const int H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, L = c->n_layers;
+    const int H = c->hidden_size, V = c->vocab_size;
 
     /* the arguments were validated by qc_backend_forward (the call contract, qc_backend.h) */
     (void)err;
-    const int use_chunked = be->opts.dn_kernel == QC_DN_CHUNKED;
 
     /* ---- embeddings ---- */
     qc_ref_embedding(R->h, tokens, n, H, &be->model->embed, R->row);
     trace(be, 0, start_pos, n, H, R->h);
 
     /* ---- decoder layers ---- */
-    for (int i = 0; i < L; i++) {
-        ref_layer *ly = &R->layers[i];
-        const qc_layer_weights *w = &be->model->layers[i];
-
-        /* token mixer: h = h + Mixer(RMSNorm_1p(h)) */
-        qc_ref_rmsnorm_1p(R->u, R->h, n, H, ly->input_norm, (float)c->rms_eps);
-        if (ly->kind == QC_LAYER_FULL)
-            qc_ref_gated_attention(R->y, R->u, n, start_pos, &ly->attn, st->k_cache[i],
-                                   st->v_cache[i], st->max_context_len, &R->attn);
-        else
-            qc_ref_gated_deltanet(R->y, R->u, n, &ly->dn, st->conv_state[i], st->recurrent_state[i],
-                                  use_chunked, be->opts.chunk_size, &R->dn);
-        for (size_t k = 0; k < (size_t)n * H; k++) R->h[k] = R->h[k] + R->y[k];
-
-        /* MLP: h = h + MLP(RMSNorm_1p(h)); a MoE model's MLP is the MoE block */
-        if (qc_cfg_is_moe(c)) trace_named(be, "moe_in", i, start_pos, n, H, R->h);
-        qc_ref_rmsnorm_1p(R->u, R->h, n, H, ly->post_norm, (float)c->rms_eps);
-        if (qc_cfg_is_moe(c)) {
-            qc_ref_moe(R->y, R->u, n, &ly->moe, &R->moe);
-            trace_named(be, "router_topk", i, start_pos, n, 2 * c->n_experts_per_tok,
-                        R->moe.route);
-        } else {
-            qc_ref_mlp(R->y, R->u, n, H, I, &w->mlp_gate, &w->mlp_up, &w->mlp_down, R->mlp_gate,
-                       R->mlp_up, R->row);
-        }
-        for (size_t k = 0; k < (size_t)n * H; k++) R->h[k] = R->h[k] + R->y[k];
-
-        if (i < L - 1) trace(be, i + 1, start_pos, n, H, R->h);
-    }
+    for (int i = 0; i < c->n_layers; i++) ref_layer_pass(be, i, R->h, n, start_pos, st);
 
     /* ---- final norm ---- */
-    qc_ref_rmsnorm_1p(R->u, R->h, n, H, R->final_norm, (float)c->rms_eps);
-    trace(be, L, start_pos, n, H, R->u);
+    ref_norm(be, R->h, R->u, n, start_pos);
 
     /* ---- lm_head ---- */
     if (logits) {
-        if (all_logits)
-            qc_ref_matmul(logits, R->u, n, H, V, &be->model->lm_head, R->row);
-        else
-            qc_ref_matmul(logits, R->u + (size_t)(n - 1) * H, 1, H, V, &be->model->lm_head, R->row);
+        if (all_logits) ref_logits(be, R->u, n, &be->model->lm_head, logits, V);
+        else ref_logits(be, R->u + (size_t)(n - 1) * H, 1, &be->model->lm_head, logits, V);
     }
+    return QC_OK;
+}
+
+/* ---- the same pass in steps (qc_backend.h: layer-major execution) ---- */
+
+static qc_status ref_step_layer(qc_backend *be, int l, float *h, int n, int start_pos,
+                                qc_state *st, qc_err *err) {
+    (void)err;
+    ref_layer_pass(be, l, h, n, start_pos, st);
+    return QC_OK;
+}
+
+static qc_status ref_step_norm(qc_backend *be, const float *h, float *xn, int n, int start_pos,
+                               qc_err *err) {
+    (void)err;
+    ref_norm(be, h, xn, n, start_pos);
+    return QC_OK;
+}
+
+static qc_status ref_step_logits(qc_backend *be, const float *xn, int n, const qc_tensor *rows,
+                                 float *logits, long ld, qc_err *err) {
+    (void)err;
+    ref_logits(be, xn, n, rows, logits, ld);
     return QC_OK;
 }
 
@@ -326,6 +370,9 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
     be->opts = opts;
     be->impl = R;
     be->forward = ref_forward;
+    be->step_layer = ref_step_layer;
+    be->step_norm = ref_step_norm;
+    be->step_logits = ref_step_logits;
     be->destroy = ref_destroy;
     be->describe = ref_describe;
     be->max_chunk_tokens = 0; /* the chunk scratch holds max_tokens: any min(chunk_size, n) */

@@ -54,6 +54,7 @@ void qc_model_free(qc_model *m) {
         free(p->files);
         for (int i = 0; i < p->n_owned; i++) free(p->owned[i]);
         free(p->owned);
+        qc_model_stream_free(p, m->cfg.n_layers);
         free(p);
     }
     free(m->layers);
@@ -258,6 +259,7 @@ typedef struct {
     found_t embed, norm, lm_head;
     found_t *lay;          /* [n_layers * N_SLOTS] */
     qc_moe_found moe;      /* the MoE tensors (qc_model_moe.c) */
+    int lazy;              /* 1: streamed (qc_model_load_streamed): files mapped, not read */
     qc_err *err;
 } load_ctx;
 
@@ -517,7 +519,8 @@ static qc_status open_sharded(load_ctx *L, const char *ipath) {
     for (int i = 0; i < nsh; i++) {
         char sp[2048];
         snprintf(sp, sizeof sp, "%s/%s", L->dir, shards[i]);
-        if ((st = qc_st_open(sp, &L->p->files[i], err)) != QC_OK) goto done;
+        if ((st = (L->lazy ? qc_st_open_lazy : qc_st_open)(sp, &L->p->files[i], err)) != QC_OK)
+            goto done;
         L->p->n_files = i + 1;
     }
     /* index -> shards: every listed tensor is in its shard */
@@ -564,7 +567,8 @@ static qc_status load_impl(load_ctx *L) {
     if (stat(path, &sb) == 0) {
         p->files = calloc(1, sizeof *p->files);
         if (!p->files) return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
-        if ((st = qc_st_open(path, &p->files[0], err)) != QC_OK) return st;
+        if ((st = (L->lazy ? qc_st_open_lazy : qc_st_open)(path, &p->files[0], err)) != QC_OK)
+            return st;
         p->n_files = 1;
     } else {
         char ipath[2048];
@@ -641,6 +645,12 @@ static qc_status load_impl(load_ctx *L) {
                     return st;
             }
         }
+        if (packed && L->lazy)
+            return qc_errf(err, QC_ERR_UNSUPPORTED,
+                           "%s: %slayers.%d: the legacy packed in_proj_qkvz / in_proj_ba layout "
+                           "is split in memory at load; a streamed run needs the split "
+                           "in_proj_qkv / z / b / a tensors (record without --stream)",
+                           missing_file, L->prefix, li);
         if (packed) {
             int64_t s1[4], s2[4];
             int n1 = slot_shape(c, SL_QKVZ, s1), n2 = slot_shape(c, SL_BA, s2);
@@ -655,6 +665,7 @@ static qc_status load_impl(load_ctx *L) {
     if ((st = qc_moe_take(&L->moe, m, p, L->prefix, missing_file, err)) != QC_OK) return st;
 
     /* provenance: weight files hashed in ascending file-name order (shards are sorted) */
+    if (L->lazy) return qc_model_stream_hash(p, m->weights_sha256, err); /* read, not mapped */
     qc_sha256_ctx hc;
     uint8_t dg[32];
     qc_sha256_init(&hc);
@@ -664,7 +675,17 @@ static qc_status load_impl(load_ctx *L) {
     return QC_OK;
 }
 
+static qc_status load_dir(const char *dir, int lazy, qc_model **out, qc_err *err);
+
 qc_status qc_model_load(const char *dir, qc_model **out, qc_err *err) {
+    return load_dir(dir, 0, out, err);
+}
+
+qc_status qc_model_load_streamed(const char *dir, qc_model **out, qc_err *err) {
+    return load_dir(dir, 1, out, err);
+}
+
+static qc_status load_dir(const char *dir, int lazy, qc_model **out, qc_err *err) {
     QC_ASSERT(out);
     *out = NULL;
     if (!dir || !dir[0]) return qc_errf(err, QC_ERR_ARG, "model directory is empty");
@@ -697,8 +718,11 @@ qc_status qc_model_load(const char *dir, qc_model **out, qc_err *err) {
     L.m = m;
     L.p = (model_priv *)m->priv;
     L.err = err;
+    L.lazy = lazy;
+    L.p->streamed = lazy;
     st = load_impl(&L);
     if (st == QC_OK) st = qc_model_validate(m, err); /* the one model check, as every backend */
+    if (st == QC_OK && lazy) st = qc_model_stream_finish(m, err); /* deferred Q8_0 views */
     free(L.lay);
     qc_moe_found_free(&L.moe);
     if (st) {

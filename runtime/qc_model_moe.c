@@ -314,6 +314,12 @@ qc_status qc_moe_take(const qc_moe_found *F, qc_model *m, qc_model_priv *p, cons
                                "fused experts.gate_up_proj / down_proj nor the per-expert "
                                "experts.{e}.*_proj.weight found)",
                                missing_file, prefix, li);
+            if (p->streamed)
+                return qc_errf(err, QC_ERR_UNSUPPORTED,
+                               "%s: %slayers.%d.mlp.experts: the per-expert layout is stacked "
+                               "in memory at load; a streamed run needs the fused "
+                               "experts.gate_up_proj / down_proj of the hub checkpoints (record "
+                               "without --stream)", missing_file, prefix, li);
             if ((st = stack_experts(F, m, p, li, prefix, missing_file, err))) return st;
         }
     }

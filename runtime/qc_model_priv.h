@@ -20,7 +20,26 @@ typedef struct {
                             the synthetic arena */
     int n_owned, cap_owned;
     int lm_head_given_tied; /* tie_word_embeddings true but lm_head.weight present (it is used) */
+    /* ---- a streamed model (qc_model_load_streamed; qc_model_stream.c) ---- */
+    int streamed;           /* 1: files mapped lazily, layers populated / dropped on demand */
+    struct qc_q8_defer *q8; /* [n_q8] Q8_0 pairs repacked on demand (their views' data NULL) */
+    int n_q8, cap_q8;
+    void **layer_bufs;      /* [n_layers] the repacked Q8_0 buffers of an acquired layer */
+    uint64_t bytes_read;    /* bytes populated so far (layers and rows) */
 } qc_model_priv;
+
+/* ==== Streamed models (qc_model_stream.c) ==== */
+
+/* SHA-256 of the weight files, concatenated in order, read (not mapped) in blocks into hex. */
+qc_status qc_model_stream_hash(qc_model_priv *p, char hex[65], qc_err *err);
+/* A Q8_0 pair of a streamed model: w (I8 quants) becomes a Q8_0 entry whose bytes are made on
+ * demand from w's and the scale's file bytes. QC_ERR_OOM. */
+qc_status qc_model_stream_defer_q8(qc_model_priv *p, qc_st_tensor *w, const qc_st_tensor *scale,
+                                   qc_err *err);
+/* After the views are taken: link every deferred Q8_0 view to its pair, data := NULL. */
+qc_status qc_model_stream_finish(qc_model *m, qc_err *err);
+/* Free the streamed model's tables and buffers (qc_model_free). */
+void qc_model_stream_free(qc_model_priv *p, int n_layers);
 
 /* Register buf to be freed with the model. QC_OK, or QC_ERR_OOM (no message; buf not owned). */
 qc_status qc_model_priv_own(qc_model_priv *p, void *buf);

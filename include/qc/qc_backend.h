@@ -127,6 +127,24 @@ struct qc_backend {
      * distinct, finite, <= 1e-3, non-increasing): a bad answer is QC_ERR_RUNTIME naming it. */
     qc_status (*forward_topk)(qc_backend *be, const int32_t *tokens, int n, int start_pos,
                               int k, int32_t *ids, float *lps, qc_err *err);
+    /* ---- optional: the same pass in steps, for layer-major execution (NULL: not offered) ----
+     * forward(tokens, n, start_pos, st) is, bit for bit (the built-in backends' forward is made
+     * of these very steps):
+     *   h [n, H] = the tokens' rows of model->embed widened to fp32 (exact)   trace "hidden" 0
+     *   step_layer(l, h) for l = 0 .. L-1, in place, updating layer l of st    its traces
+     *   step_norm(h) -> xn [n, H]                                              trace "hidden" L
+     *   step_logits(xn, rows) for the output head's rows, in any blocks of rows.
+     * The calls of one forward may be interleaved with other calls' steps on other states (a
+     * streamed record runs layer l of every call before layer l + 1): a step depends only on
+     * its arguments, the layer's weights and the options. n <= opts.max_tokens; the chunk
+     * contract of forward applies to step_layer. Traces are emitted as forward emits them. */
+    qc_status (*step_layer)(qc_backend *be, int l, float *h, int n, int start_pos, qc_state *st,
+                            qc_err *err);
+    qc_status (*step_norm)(qc_backend *be, const float *h, float *xn, int n, int start_pos,
+                           qc_err *err);
+    /* logits[t * ld + r] = xn[t] . rows[r] for r < rows->shape[0] (rows: a block of lm_head) */
+    qc_status (*step_logits)(qc_backend *be, const float *xn, int n, const qc_tensor *rows,
+                             float *logits, long ld, qc_err *err);
 };
 
 /* The one entry point of a forward pass: validates the call contract above (status and message

@@ -137,4 +137,42 @@ size_t qc_model_weight_bytes(const qc_model *m);
 
 void qc_model_free(qc_model *m);
 
+/* ==== Streamed models: a layer's weights resident at a time (qc_model_stream.c) ====
+ * qc_model_load_streamed loads like qc_model_load (every check, the same views, the same
+ * hashes) but maps the weight files instead of reading them: only headers are read, and the
+ * weights hash is computed by reading the files once in blocks. A tensor's bytes are read when
+ * its layer is acquired and dropped from the process when it is released; the embedding table
+ * and the output head are acquired in blocks of rows. Between acquire and release the views of
+ * that layer are valid; a Q8_0 view of a layer not acquired has data NULL. The legacy packed
+ * DeltaNet layout and the per-expert MoE layout (both rewritten in memory at load) are refused
+ * (QC_ERR_UNSUPPORTED naming the layer). Every call below is a no-op returning QC_OK on an
+ * in-memory model, so one layer-major driver serves both. */
+qc_status qc_model_load_streamed(const char *dir, qc_model **out, qc_err *err);
+int qc_model_is_streamed(const qc_model *m);
+/* Layer l's weights resident (read from the files; Q8_0 pairs repacked into owned buffers).
+ * QC_ERR_OOM. */
+qc_status qc_model_layer_acquire(qc_model *m, int l, qc_err *err);
+/* Layer l's weights dropped from the process (its Q8_0 buffers freed). */
+void qc_model_layer_release(qc_model *m, int l);
+/* Start reading layer l into the page cache in the background (a hint; out of range: none). */
+void qc_model_layer_prefetch(qc_model *m, int l);
+/* Bytes of layer l's weights as the backends read them (what an acquired layer holds). */
+size_t qc_model_layer_bytes(const qc_model *m, int l);
+/* Bytes read from the weight files by acquires so far (0 for an in-memory model). */
+uint64_t qc_model_bytes_read(const qc_model *m);
+/* Drop every resident page of t (a streamed model's embed table after the lookups). */
+void qc_model_tensor_drop(const qc_model *m, const qc_tensor *t);
+
+/* Rows [r0, r1) of a 2-D tensor of the model (the embedding table or the output head). */
+typedef struct {
+    qc_tensor view;      /* [r1 - r0, cols] in the tensor's dtype */
+    void *owned;         /* a repacked Q8_0 block (freed by release), or NULL */
+    const void *span;    /* the file bytes populated (dropped by release), or NULL */
+    size_t span_len;
+} qc_model_rows;
+/* QC_ERR_RANGE (rows outside the tensor) or QC_ERR_OOM. */
+qc_status qc_model_rows_acquire(qc_model *m, const qc_tensor *t, int64_t r0, int64_t r1,
+                                qc_model_rows *rows, qc_err *err);
+void qc_model_rows_release(qc_model *m, qc_model_rows *rows);
+
 #endif /* QC_MODEL_H */

@@ -49,6 +49,8 @@ typedef struct {
     int n_metadata;           /* string entries in __metadata__ */
     void *map;                /* base of our copy (NULL when parsed from a caller buffer) */
     size_t map_len;           /* its length (munmap) */
+    int lazy;                 /* 1: `map` is the file itself, mapped read-only (qc_st_open_lazy):
+                                 data pages are read on first touch and may be dropped again */
 } qc_st_file;
 
 /* Parse and validate a whole safetensors file held in memory (buf[file_len]); `path` is used
@@ -59,6 +61,11 @@ qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_
 
 /* open(O_RDONLY), read into anonymous memory (then PROT_READ), qc_st_parse. */
 qc_status qc_st_open(const char *path, qc_st_file *out, qc_err *err);
+
+/* The same checks, but the file is mapped read-only instead of read: nothing but the header is
+ * read now; a tensor's bytes are read from the page cache when first touched (the streamed
+ * model, qc_model_load_streamed, populates and drops them a layer at a time). */
+qc_status qc_st_open_lazy(const char *path, qc_st_file *out, qc_err *err);
 
 /* Tensor by exact name (binary search), or NULL. */
 const qc_st_tensor *qc_st_find(const qc_st_file *f, const char *name);
