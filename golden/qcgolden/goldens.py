@@ -151,7 +151,8 @@ def router_margin_min(r):
 def sha256_file(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        h.update(f.read())
+        for block in iter(lambda: f.read(1 << 24), b""):  # 16 MiB at a time (a whole
+            h.update(block)                                # weight file may not fit)
     return h.hexdigest()
 
 
@@ -160,7 +161,8 @@ def weights_sha256(model_dir):
     h = hashlib.sha256()
     for name in sorted(n for n in os.listdir(model_dir) if n.endswith(".safetensors")):
         with open(os.path.join(model_dir, name), "rb") as f:
-            h.update(f.read())
+            for block in iter(lambda: f.read(1 << 24), b""):
+                h.update(block)
     return h.hexdigest()
 
 
