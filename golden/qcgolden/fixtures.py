@@ -140,8 +140,58 @@ Q8 = [
         "(one block per row) and 64 (down_proj: two blocks); n_v = 2 n_k, GQA 2:1, flat config."),
 ]
 
+# The value-head ratios of the big checkpoints (issue 27 item 4): n_v / n_k = 3 as in the 27B
+# models (16 key / 48 value heads) and 8 as in Qwen3.8-2.4T-A95B (16 / 128), scaled down with
+# d_k = d_v as shipped. Their cases: the standard ones + the chunk hazards (hazards.chunk_cases).
+GVA = [
+    ModelSpec(
+        name="tiny-bf16-gva3", seed=903,
+        vocab_size=256, hidden_size=32, intermediate_size=64, layer_types=[L, L, L, F],
+        num_attention_heads=6, num_key_value_heads=1, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=6,
+        linear_key_head_dim=16, linear_value_head_dim=16,
+        partial_rotary_factor=0.25, rope_theta=1e7, tie_word_embeddings=False, dtype="BF16",
+        nested=True,
+        description="The 27B layout scaled down (Qwen3.5/3.6/3.8-27B: 16 key heads, 48 value "
+        "heads, 24 query heads on 4 KV heads): n_v = 3 n_k (6 value heads on 2 key heads: value "
+        "head j uses key head j // 3; a runtime that tiles the heads (j % 2) or assumes a ratio "
+        "of 1 or 2 fails) with d_k = d_v = 16, 6 query heads on 1 KV head, BF16 (`A_log` / "
+        "`linear_attn.norm.weight` F32), untied, nested config without extra tensors, 4 layers "
+        "with layer 3 full attention. Its cases: the standard ones and the chunk hazards."),
+]
+MOE_GVA = [
+    ModelSpec(
+        name="tiny-moe-f32-gva8", seed=904,
+        vocab_size=256, hidden_size=32, intermediate_size=0, layer_types=[L, L, L, F],
+        num_attention_heads=8, num_key_value_heads=1, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=16,
+        linear_key_head_dim=8, linear_value_head_dim=8,
+        partial_rotary_factor=0.25, rope_theta=1e7, tie_word_embeddings=False, dtype="F32",
+        nested=False,
+        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=8,
+        shared_expert_intermediate_size=16, expert_layout="fused",
+        description="The Qwen3.8-2.4T-A95B layout scaled down (16 key heads, 128 value heads, "
+        "64 query heads on 4 KV heads, 512 routed experts, k = 10): n_v = 8 n_k (16 value "
+        "heads on 2 key heads: value head j uses key head j // 8) with d_k = d_v = 8, 8 query "
+        "heads on 1 KV head, a MoE block of 8 routed experts (k = 2, `moe_intermediate_size` "
+        "8, fused `mlp.experts.gate_up_proj` / `down_proj`) plus a shared expert (width 16) in "
+        "every layer; F32, untied, flat `qwen3_5_moe_text` config (`Qwen3_5MoeForCausalLM`), "
+        "4 layers with layer 3 full attention. Its cases: the standard ones and the chunk "
+        "hazards; the golden adds the router record and `moe_in` per case."),
+]
+
 FIXTURES += MOE   # standard cases; their goldens add the router record (golden/SCHEMA.md "MoE")
 FIXTURES += Q8    # standard cases; Q8_0 projections (qcgolden/q8_0.py)
+FIXTURES += GVA + MOE_GVA   # standard cases + the chunk hazards (hazards.chunk_cases)
+HAZARD_CASES = {s.name for s in GVA + MOE_GVA}
+
+
+def case_list(spec):
+    """The case list of a FIXTURES spec: the standard cases, plus the chunk hazards for GVA."""
+    out = goldens.default_cases()
+    if spec.name in HAZARD_CASES:
+        out += hazards.chunk_cases()
+    return out
 
 
 # Fixtures with their own cases and builder (module with SPEC, build(root), cases or CASE):
@@ -171,7 +221,8 @@ def build_one(spec, root, cases=None):
     d = os.path.join(root, spec.name)
     model_dir = os.path.join(d, "model")
     init.write_checkpoint(spec, model_dir)
-    return goldens.generate(model_dir, os.path.join(d, "golden.h5"), spec.seed, cases=cases)
+    return goldens.generate(model_dir, os.path.join(d, "golden.h5"), spec.seed,
+                            cases=cases if cases is not None else case_list(spec))
 
 
 def readme_text():
@@ -183,7 +234,8 @@ def readme_text():
              "checkpoint with random, deterministic weights (seed below); `<name>/golden.h5` is the "
              "float64 PyTorch golden in schema v1 (`golden/SCHEMA.md`), `model_path` = \"model\". "
              "`tolerances.json` belongs to the harness.", "",
-             "Cases in every golden: " + ", ".join("`%s`" % c.name for c in cases) + ".", ""]
+             "Cases in every golden (all but the special fixtures at the end, which have their "
+             "own): " + ", ".join("`%s`" % c.name for c in cases) + ".", ""]
     for c in cases:
         lines.append("- `%s`: %s" % (c.name, c.description))
     lines += ["", "The MoE fixtures (`%s`) have the same cases; their goldens add, per case and "
@@ -191,7 +243,22 @@ def readme_text():
               "(`prefill/router/*`, `decode/router/*`) and the MoE block's input "
               "(`prefill/moe_in`, `decode/moe_in`), with every router margin at least the root "
               "attribute `router_margin_threshold` = %g (`golden/SCHEMA.md`, \"MoE\")."
-              % ("`, `".join(m.name for m in MOE), goldens.ROUTER_MARGIN_THRESHOLD)]
+              % ("`, `".join(m.name for m in MOE + MOE_GVA), goldens.ROUTER_MARGIN_THRESHOLD)]
+    hz = hazards.chunk_cases()
+    lines += ["", "**Chunk hazards.** The fixtures with the big checkpoints' value-head ratios "
+              "(`%s`) add the prefill schedules seen failing in the field "
+              "(`golden/qcgolden/hazards.py`): a chunk of 1, 2 or 3 tokens (no longer than the "
+              "conv window K - 1 = 3) right after a long first chunk, prompt lengths = 5 "
+              "(mod 64), history lengths (start_pos) at 64 n +- 1..10. `check` runs them in "
+              "every strategy (static: one token per call; dynamic: chunks of the case's "
+              "max_seq_len, 128 when it has none, the history replayed in one prefill; nokv); "
+              "`tests/cli/test_chunk_hazards.sh` runs them through `exec:` and shows that a "
+              "runtime writing its conv state from a short chunk alone (the vLLM #56196 class, "
+              "`tests/adapters/mutants.py conv-short-chunk`) fails them. Cases: "
+              % "`, `".join(m.name for m in GVA + MOE_GVA)
+              + ", ".join("`%s`" % c.name for c in hz) + ".", ""]
+    for c in hz:
+        lines.append("- `%s`: %s" % (c.name, c.description))
     lines.append("")
     for s in FIXTURES:
         lines += ["## %s (seed %d)" % (s.name, s.seed), "", s.description, ""]

@@ -100,6 +100,69 @@ def cases():
     return out
 
 
+# ------------------------------------------------------------------------------------------------
+# Chunk hazards (issue 27 item 5): the prefill schedules seen failing in the field, as case
+# lists of ordinary goldens (fixtures.py adds them to the nv/nk = 3 and 8 fixtures). A runtime
+# that prefills a prompt in chunks of max_seq_len (dynamic strategy) or replays a history in one
+# call before the prompt meets, with these cases:
+#   * a chunk of 1, 2 or 3 tokens -- no longer than the conv window K - 1 = 3 -- right after a
+#     long first chunk (a prompt of k * max_seq_len + 1..3 tokens, or a long history then a
+#     1..3-token prompt): the conv state after the short chunk still holds K - 1 - n columns of
+#     the previous chunk (the vLLM #56196 class: a runtime that writes it from the chunk alone
+#     loses them; tests/adapters/mutants.py conv-short-chunk);
+#   * prompt lengths = 5 (mod 64): a partial chunk of 5 after full chunks of the chunked delta
+#     rule (chunk 64);
+#   * history / prefix lengths (start_pos) at 64 n +- 1..10: the KV cache and the chunked
+#     kernel's blocks entered just before or after a 64-boundary.
+# Every case decodes 8 greedy steps afterwards (what reads the conv state written last).
+# ------------------------------------------------------------------------------------------------
+
+# (name, T, max_seq_len or None, history prompt, history decode steps)
+CHUNK_CASES = [
+    ("split64-1", 65, 64, 0, 0),
+    ("split64-2", 66, 64, 0, 0),
+    ("split64-3", 67, 64, 0, 0),
+    ("split128-3", 131, 128, 0, 0),
+    ("len069", 69, 64, 0, 0),
+    ("len133", 133, None, 0, 0),
+    ("hist054-len003", 3, None, 54, 0),
+    ("hist063-len001", 1, None, 63, 0),
+    ("hist065-len002", 2, None, 65, 0),
+    ("hist074-len069", 69, None, 71, 3),
+    ("hist118-len002", 2, None, 118, 0),
+    ("hist129-len003", 3, None, 126, 3),
+]
+
+
+def _chunk_description(T, msl, hp, hd):
+    """What the case puts through a runtime's prefill (dynamic strategy: chunks of max_seq_len,
+    128 when the case has none)."""
+    m = msl or 128
+    P = hp + hd
+
+    def chunks(n):
+        c = [m] * (n // m) + ([n % m] if n % m else [])
+        return "chunks of " + " + ".join(str(x) for x in c) if len(c) > 1 else "one call"
+    if not P:
+        return ("a %d-token prompt (%d = %d (mod 64))%s: dynamic prefill in %s, then 8 "
+                "greedy decode steps" % (T, T, T % 64, " with max_seq_len %d" % msl if msl else "",
+                                          chunks(T)))
+    near = min(range(64, P + 74, 64), key=lambda b: abs(P - b))
+    hist = "a %d-token prompt%s" % (hp, " and %d greedy decode steps" % hd if hd else "")
+    return ("history: %s (start_pos %d = %d %s %d), replayed in one prefill (dynamic: "
+            "%s), then a %d-token prompt%s in one call, then 8 greedy decode steps"
+            % (hist, P, near, "+" if P > near else "-", abs(P - near), chunks(P), T,
+               " (a chunk shorter than the conv window K - 1 = 3)" if T < 3 else
+               " (a chunk of K - 1 = 3 tokens)" if T == 3 else " (%d = %d (mod 64))" % (T, T % 64)))
+
+
+def chunk_cases():
+    """The chunk-hazard cases (CaseSpec list), in CHUNK_CASES order."""
+    return [CaseSpec(name, T, history_prompt=hp, history_decode=hd, max_seq_len=msl,
+                     description=_chunk_description(T, msl, hp, hd))
+            for name, T, msl, hp, hd in CHUNK_CASES]
+
+
 # The case attribute `hazards` (schema v1 readers ignore it; qwen-conform's hazard_finite row
 # runs on the cases that have it).
 HAZARDS = "decays 1 - 1e-7 .. below float32's range, |a + dt_bias| up to ~350"

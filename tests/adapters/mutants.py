@@ -19,6 +19,13 @@ decode-drift      a one-token call leaves the DeltaNet state 5 %      decode.log
 decode-state-quiet  decode steps scale layer 1's recurrent state by   decode.recurrent_state in
                   1.0002 (the logits stay inside their tolerance)      dynamic mode, localised to
                                                                       layer 1 (not "after norm")
+conv-short-chunk  a prefill call of 2 .. K-1 tokens writes its conv    prefill.conv_state (and the
+                  state from the chunk alone: the K - n columns the    decode rows after a 2-token
+                  previous chunk left are zeroed (the vLLM #56196      chunk) in dynamic mode on
+                  class; right from position 0, wrong after a long     the chunk-hazard cases,
+                  first chunk)                                         layer 0; static and nokv
+                                                                      pass (tests/cli/
+                                                                      test_chunk_hazards.sh)
 """
 import os
 import sys
@@ -113,9 +120,27 @@ class DecodeStateQuiet(GoldenF32):
         self._prefilled = False
 
 
+class ConvShortChunk(GoldenF32):
+    """A multi-token call shorter than the conv window writes the conv state from the chunk
+    only. The state holds the last K input columns; after a call of n < K tokens K - n of them
+    come from before the call, and this runtime zeroes them (the chunk's own outputs are right:
+    the bug is in the state it leaves). One-token calls are left alone: through exec: a
+    one-token prefill chunk is the same call as a decode step, whose path is right here."""
+
+    def _run(self, tokens):
+        out = super()._run(tokens)
+        n, K = len(tokens), self.model.cfg.linear_conv_kernel_dim
+        if 1 < n < K:
+            for d in self.cache.layers:
+                if "conv_state" in d:
+                    d["conv_state"][:, :K - n] = 0.0
+        return out
+
+
 MUTANTS = {"good": GoldenF32, "conv-not-reset": ConvNotReset, "static-rope-p1": StaticRopeP1,
            "kv-slots-written": KvSlotsWritten, "fill-lies": FillLies,
-           "decode-drift": DecodeDrift, "decode-state-quiet": DecodeStateQuiet}
+           "decode-drift": DecodeDrift, "decode-state-quiet": DecodeStateQuiet,
+           "conv-short-chunk": ConvShortChunk}
 
 
 def main(argv):
