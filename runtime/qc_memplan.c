@@ -270,6 +270,7 @@ qc_status qc_memplan_estimate(const qc_memplan_req *rq, qc_memplan *out, qc_err 
     if (rq->nokv) acc_add(&ru, "no-KV recomputation logits", rq->max_context_len, c->vocab_size, 4, 1);
     acc_add(&ru, "hidden captures", (int64_t)c->n_layers + 1, rq->n_hidden_tokens,
             c->hidden_size, 4);
+    acc_add_u64(&ru, "caller's extra bytes", rq->extra_bytes);
     /* state copies: n x one state */
     if (rq->n_state_copies > 0 && !sa.overflow) {
         acc64 cp = {sa.sum, NULL};

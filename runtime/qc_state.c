@@ -114,9 +114,45 @@ void qc_state_reset(qc_state *s) {
     s->pos = 0;
 }
 
+static void zero_buf(float *b, size_t n) {
+    for (size_t i = 0; b && i < n; i++) b[i] = 0.0f; /* exact zeros: never a multiply */
+}
+
+void qc_state_reset_layer(qc_state *s, int l) {
+    QC_ASSERT(l >= 0 && l < s->n_layers);
+    zero_buf(s->k_cache[l], kv_floats(s));
+    zero_buf(s->v_cache[l], kv_floats(s));
+    zero_buf(s->conv_state[l], conv_floats(s));
+    zero_buf(s->recurrent_state[l], rec_floats(s));
+}
+
 static void copy_buf(float *dst, const float *src, size_t n) {
     QC_ASSERT((dst == NULL) == (src == NULL));
     if (dst) memcpy(dst, src, n * sizeof(float));
+}
+
+/* positions 0..n_pos-1 of every kv head of one layer's cache */
+static void copy_cache(float *dst, int dst_cap, const float *src, int src_cap, int nkv, int hd,
+                       int n_pos) {
+    QC_ASSERT((dst == NULL) == (src == NULL));
+    for (int h = 0; dst && h < nkv; h++)
+        memcpy(dst + (size_t)h * dst_cap * hd, src + (size_t)h * src_cap * hd,
+               (size_t)n_pos * hd * sizeof(float));
+}
+
+void qc_state_copy_layer(qc_state *dst, const qc_state *src, int l, int n_pos) {
+    QC_ASSERT(l >= 0 && l < src->n_layers && dst->n_layers == src->n_layers &&
+              n_pos >= 0 && n_pos <= dst->max_context_len && n_pos <= src->max_context_len &&
+              dst->n_kv_heads == src->n_kv_heads && dst->head_dim == src->head_dim &&
+              dst->conv_dim == src->conv_dim && dst->conv_kernel == src->conv_kernel &&
+              dst->n_v_heads == src->n_v_heads && dst->k_dim == src->k_dim &&
+              dst->v_dim == src->v_dim);
+    copy_cache(dst->k_cache[l], dst->max_context_len, src->k_cache[l], src->max_context_len,
+               src->n_kv_heads, src->head_dim, n_pos);
+    copy_cache(dst->v_cache[l], dst->max_context_len, src->v_cache[l], src->max_context_len,
+               src->n_kv_heads, src->head_dim, n_pos);
+    copy_buf(dst->conv_state[l], src->conv_state[l], conv_floats(src));
+    copy_buf(dst->recurrent_state[l], src->recurrent_state[l], rec_floats(src));
 }
 
 void qc_state_copy(qc_state *dst, const qc_state *src) {

@@ -158,8 +158,15 @@ static qc_status write_dataset(const wr_ctx *w, hid_t loc, const char *locpath, 
         return qc_errf(w->err, QC_ERR_ARG, "%s: %s: no data", w->file, what);
     sp = H5Screate_simple(rank, dims, NULL);
     if (sp < 0) goto fail;
-    d = H5Dcreate2(loc, name, is_float ? H5T_IEEE_F32LE : H5T_STD_I32LE, sp, H5P_DEFAULT,
-                   H5P_DEFAULT, H5P_DEFAULT);
+    /* no modification times in the object headers: the same golden twice is the same bytes */
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0) {
+        if (dcpl >= 0) H5Pclose(dcpl);
+        goto fail;
+    }
+    d = H5Dcreate2(loc, name, is_float ? H5T_IEEE_F32LE : H5T_STD_I32LE, sp, H5P_DEFAULT, dcpl,
+                   H5P_DEFAULT);
+    H5Pclose(dcpl);
     if (d < 0) goto fail;
     if (numel && H5Dwrite(d, is_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, H5S_ALL, H5S_ALL,
                           H5P_DEFAULT, data) < 0)
@@ -175,7 +182,13 @@ done:
 
 static qc_status make_group(const wr_ctx *w, hid_t loc, const char *name, const char *path,
                             hid_t *out) {
-    *out = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    if (gcpl < 0 || H5Pset_obj_track_times(gcpl, 0) < 0) {
+        if (gcpl >= 0) H5Pclose(gcpl);
+        return wr_fail(w, path);
+    }
+    *out = H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    H5Pclose(gcpl);
     if (*out < 0) return wr_fail(w, path);
     return QC_OK;
 }

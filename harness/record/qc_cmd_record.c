@@ -15,12 +15,14 @@
  * partial file. Before any work the output is validated and refused when it is an input (a
  * model file, the tokens / history file, the profile) or, without --force, an existing file.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "qc/qc_backend.h"
 #include "qc/qc_memplan.h"
@@ -34,6 +36,7 @@
 #include "qc_outpath.h"
 #include "qc_record_moe.h"
 #include "qc_registry.h"
+#include "qc_record_stream.h"
 #include "qc_runcase.h"
 
 #ifndef QC_VERSION
@@ -77,6 +80,10 @@ static void record_usage(FILE *f) {
             "         [--max-seq-len N] [--max-context-len N]\n"
             "         [--force]                 replace an existing --out file (without it an\n"
             "                                   existing file, e.g. a golden, is refused)\n"
+            "         [--stream]                layer-major: one layer's weights in memory at a time\n"
+            "                                   (read from the files as it goes; bit-identical output);\n"
+            "                                   chosen by itself when the checkpoint does not fit\n"
+            "                                   --max-memory (or the available memory)\n"
             "Writes a golden (HDF5 schema v1): the prompt's logits at every position, per-layer\n"
             "hidden states, the state after prefill, N greedy decode steps and the state after\n"
             "them; for a MoE model the router's choices (prefill/router, decode/router: top-k ids\n"
@@ -131,6 +138,9 @@ static qc_status parse_one(qc_argp *p, record_args *a, int *help, qc_err *err) {
     } else if (qc_argp_is(p, "--force")) {
         st = qc_argp_bool(p, err);
         a->force = 1;
+    } else if (qc_argp_is(p, "--stream")) {
+        st = qc_argp_bool(p, err);
+        a->stream = 1;
     } else if (qc_argp_is(p, "--decode")) st = qc_argp_int(p, 0, 1 << 24, &a->n_decode, err);
     else if (qc_argp_is(p, "--threads")) st = qc_argp_int(p, 0, 4096, &a->threads, err);
     else if (qc_argp_is(p, "--chunk-size")) st = qc_argp_int(p, 1, 1 << 20, &a->chunk_size, err);
@@ -163,6 +173,9 @@ static qc_status check_args(const record_args *a, qc_err *err) {
     if (st) return st;
     if (!strcmp(a->backend, "all"))
         return qc_errf(err, QC_ERR_ARG, "--backend: 'all' is for check (record runs one backend)");
+    if (a->stream && !qc_registry_is_builtin(a->backend))
+        return qc_errf(err, QC_ERR_ARG, "--stream: --backend %s runs its own forward pass; a "
+                       "layer-major record needs reference or optimized", a->backend);
     if (a->like) return check_like_args(a, err);
     if (!a->model == !a->synthetic)
         return qc_errf(err, QC_ERR_ARG,
@@ -275,6 +288,37 @@ qc_status qc_record_provenance(const record_args *a, const qc_model *model,
     return QC_OK;
 }
 
+uint64_t qc_record_stream_weight_bytes(const qc_model *m) {
+    if (!qc_model_is_streamed(m)) return qc_model_weight_bytes(m);
+    uint64_t layer = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        uint64_t b = qc_model_layer_bytes(m, l);
+        if (b > layer) layer = b;
+    }
+    /* an output head block (qc_record_stream.c: 4096 rows), the final norm */
+    const uint64_t head = 4096 * (uint64_t)qc_dtype_row_bytes(m->lm_head.dtype == QC_Q8_0 ? QC_Q8_0
+                                                              : m->lm_head.dtype,
+                                                              m->cfg.hidden_size);
+    return layer + head + qc_tensor_bytes(&m->final_norm);
+}
+
+uint64_t qc_record_checkpoint_bytes(const char *dir) {
+    uint64_t total = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors")) continue;
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) total += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
 /* The exit code of a failed run: 1 (a FAIL) when the runtime under test failed, else 2. */
 int qc_record_fail(const qc_err *err) {
     if (err->code != QC_ERR_RUNTIME) return qc_cli_fail(PROG, err);
@@ -300,6 +344,8 @@ typedef struct {
     qc_golden_case gc;
     int have_case;
     qc_memplan plan;
+    int streamed;                    /* layer-major (qc_record_stream.h) */
+    qc_stream_stats sstats;
 } one_run;
 
 /* The output (valid, not an input, not an existing file unless --force): before any work. */
@@ -361,6 +407,34 @@ static qc_status plan_context(const record_args *a, one_run *r, qc_err *err) {
     return QC_OK;
 }
 
+/* In memory, or a layer at a time: --stream, or by itself when the checkpoint's files (what
+ * loading reads) with the rest of the in-memory plan exceed the budget. */
+static qc_status choose_streaming(const record_args *a, one_run *r, qc_err *err) {
+    r->streamed = a->stream;
+    if (r->streamed || !qc_registry_is_builtin(a->backend)) return QC_OK;
+    qc_memplan_req rq;
+    qc_backend_opts o;
+    int max_tokens = qc_record_max_tokens(&r->prof);
+    qc_record_backend_opts(a, max_tokens, &o);
+    qc_memplan_req_init(&rq, &r->cfg, QC_BF16, r->prof.max_context_len, max_tokens);
+    qc_memplan_req_set_opts(&rq, &o);
+    qc_status st = qc_registry_memplan(a->backend, &rq, err);
+    if (st) return st;
+    rq.weight_bytes = qc_record_checkpoint_bytes(a->model);
+    rq.n_logit_rows = r->n_tokens + a->n_decode;
+    rq.n_hidden_tokens = a->no_hidden ? 0 : r->n_tokens;
+    rq.n_state_copies = a->n_decode > 0 ? 2 : 1;
+    qc_err e2;
+    qc_err_clear(&e2);
+    qc_memplan plan;
+    if (qc_memplan_enforce(&rq, a->max_memory, "memory", &plan, &e2) == QC_OK) return QC_OK;
+    r->streamed = 1;
+    fprintf(stderr, "%s: %s: %.2f GiB in memory does not fit %s: recording layer-major, one "
+            "layer's weights at a time (--stream)\n", PROG, a->model, qc_memplan_gib(plan.total),
+            a->max_memory ? a->max_memory : "the available memory");
+    return QC_OK;
+}
+
 /* Config before weights (token ids and the memory plan need only the config), then the
  * model: loaded from --model, or built in memory for --synthetic after its memory plan. */
 static qc_status load_model(const record_args *a, one_run *r, qc_err *err) {
@@ -389,7 +463,12 @@ static qc_status load_model(const record_args *a, one_run *r, qc_err *err) {
                        "than %d (max_position_embeddings of the config, capped)", r->tok_src,
                        r->hist_txt, r->n_tokens, a->n_decode, need,
                        qc_golden_max_positions(&r->cfg));
-    if (!a->synthetic) return qc_model_load(a->model, &r->model, err);
+    if (!a->synthetic) {
+        if ((st = choose_streaming(a, r, err))) return st;
+        return r->streamed ? qc_model_load_streamed(a->model, &r->model, err)
+                           : qc_model_load(a->model, &r->model, err);
+    }
+    r->streamed = a->stream; /* layer-major on the model in memory (the same arithmetic) */
     qc_memplan_req rq0;
     qc_memplan_req_init(&rq0, &r->cfg, r->syn_dtype, r->prof.max_context_len, 1);
     qc_backend_opts o0;
@@ -414,14 +493,25 @@ static qc_status make_backend(const record_args *a, one_run *r, qc_err *err) {
     qc_status st;
     if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, &rq, err)))
         return st;
-    rq.weight_bytes = qc_model_weight_bytes(r->model);
+    rq.weight_bytes = r->streamed ? qc_record_stream_weight_bytes(r->model)
+                                  : qc_model_weight_bytes(r->model);
     rq.n_logit_rows = r->n_tokens + a->n_decode;
     rq.nokv = qc_profile_mode(&r->prof) == QC_MODE_NOKV;
     rq.n_hidden_tokens = a->no_hidden ? 0 : r->n_tokens;
     if (qc_cfg_is_moe(&r->model->cfg) && !a->no_hidden) /* moe_in [L, T + S, H] */
         rq.n_hidden_tokens += r->n_tokens + a->n_decode;
     rq.n_state_copies = a->n_decode > 0 ? 2 : 1;
-    if ((st = qc_memplan_enforce(&rq, a->max_memory, "memory", &r->plan, err))) return st;
+    if (r->streamed) {
+        qc_stream_case sc;
+        memset(&sc, 0, sizeof sc);
+        sc.profile = &r->prof;
+        sc.in.n_history = r->n_history, sc.in.n_tokens = r->n_tokens;
+        sc.in.n_decode = a->n_decode, sc.in.capture_hidden = !a->no_hidden;
+        rq.extra_bytes = qc_record_stream_extra_bytes(&r->model->cfg, &sc, 1, NULL);
+    }
+    if ((st = qc_memplan_enforce(&rq, a->max_memory, r->streamed ? "memory (layer-major)" : "memory",
+                                 &r->plan, err)))
+        return st;
     if ((st = qc_record_make_backend(a, a->model, r->model, &o, &r->be, err))) return st;
     if (a->synthetic) return qc_config_to_json(&r->model->cfg, &r->config_text, err);
     return qc_record_config_text(r->model, &r->config_text, err);
@@ -439,8 +529,14 @@ static qc_status run_and_write(const record_args *a, one_run *r, qc_err *err) {
     in.forced = r->forced;
     in.capture_hidden = !a->no_hidden;
     /* a MoE model: the router's choices too (prefill/router, decode/router, moe_in) */
-    qc_status st = qc_record_run_case(r->be, &r->prof, a->case_name, &in, !a->no_hidden,
-                                      &r->gc, err);
+    qc_status st;
+    if (r->streamed) {
+        qc_stream_case sc = {a->case_name, &r->prof, in, !a->no_hidden, &r->gc};
+        qc_stream_opts so = {isatty(2), 0};
+        st = qc_record_stream_run(r->be, r->model, &sc, 1, &so, &r->sstats, err);
+    } else {
+        st = qc_record_run_case(r->be, &r->prof, a->case_name, &in, !a->no_hidden, &r->gc, err);
+    }
     if (st) return st;
     r->have_case = 1;
     char pstr[128];
@@ -474,6 +570,13 @@ static void print_summary(const record_args *a, const one_run *r) {
            r->be->describe ? r->be->describe(r->be) : r->be->name);
     printf("%s: memory: peak resident %.2f GiB (planned %.2f GiB)\n", PROG,
            qc_memplan_gib(qc_memplan_peak_rss()), qc_memplan_gib(r->plan.total));
+    if (r->streamed) {
+        const qc_stream_stats *ss = &r->sstats;
+        printf("%s: layer-major: %d pass%s over the weights, %.2f GiB read from the files in "
+               "%.1f s (%.0f MiB/s)\n", PROG, ss->passes, ss->passes == 1 ? "" : "es",
+               (double)ss->bytes_read / (double)(1u << 30), ss->seconds,
+               ss->seconds > 0 ? (double)ss->bytes_read / (double)(1u << 20) / ss->seconds : 0.0);
+    }
 }
 
 static void free_run(one_run *r) {

@@ -38,6 +38,8 @@ typedef struct {
     int dn_kernel;           /* -1 default, else qc_dn_kernel */
     int no_hidden;           /* --no-hidden: do not capture prefill/hidden */
     int force;               /* --force: an existing --out may be replaced */
+    int stream;              /* --stream: layer-major, one layer's weights resident at a time
+                                (chosen by itself when the checkpoint does not fit) */
     qc_cli_profile pf;       /* profile flags */
 } record_args;
 
@@ -67,6 +69,13 @@ qc_status qc_record_config_text(const qc_model *m, char **text, qc_err *err);
 /* Print a failed run's error; the exit code: 1 (FAIL) when the runtime under test failed
  * (QC_ERR_RUNTIME), else 2. */
 int qc_record_fail(const qc_err *err);
+
+/* Weight bytes a layer-major run keeps resident: the largest layer and a block of the output
+ * head's rows of a streamed model; all of them for a model in memory. */
+uint64_t qc_record_stream_weight_bytes(const qc_model *m);
+
+/* Sum of the sizes of the *.safetensors files in dir (what loading it in memory reads). */
+uint64_t qc_record_checkpoint_bytes(const char *dir);
 
 /* `record --like`: every case of a.like on the backend, written to a.out. Returns the exit
  * code (prints its own errors and summary). */

@@ -64,6 +64,8 @@ typedef struct {
     int n_state_copies;      /* extra full states kept by the caller (>= 0) */
     int nokv;                /* 1: a no-KV-cache profile: the runner keeps the logits of a
                                 whole recomputation, [max_context_len, V] */
+    uint64_t extra_bytes;    /* anything else the caller keeps (a layer-major record's
+                                activations and live states), counted with the runner */
 } qc_memplan_req;
 
 typedef struct {

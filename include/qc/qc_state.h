@@ -49,6 +49,14 @@ void qc_state_copy(qc_state *dst, const qc_state *src);
  * (qc_state_destroy); QC_ERR_OOM leaves *out NULL. */
 qc_status qc_state_clone(const qc_state *src, qc_state **out, qc_err *err);
 
+/* Layer l of dst := layer l of src: the caches' positions 0..n_pos-1 of every kv head (the
+ * rest of dst's slots untouched; n_pos <= both capacities), the conv and recurrent states whole.
+ * Same layer geometry (programmer error otherwise). */
+void qc_state_copy_layer(qc_state *dst, const qc_state *src, int l, int n_pos);
+
+/* Layer l := exact zeros (pos untouched). */
+void qc_state_reset_layer(qc_state *st, int l);
+
 /* 1 when a and b have the same geometry, pos and bit-identical buffers (cache slots beyond pos
  * included), else 0. */
 int qc_state_equal(const qc_state *a, const qc_state *b);
