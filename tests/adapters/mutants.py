@@ -125,14 +125,16 @@ class ConvShortChunk(GoldenF32):
     only. The state holds the last K input columns; after a call of n < K tokens K - n of them
     come from before the call, and this runtime zeroes them (the chunk's own outputs are right:
     the bug is in the state it leaves). One-token calls are left alone: through exec: a
-    one-token prefill chunk is the same call as a decode step, whose path is right here."""
+    one-token prefill chunk is the same call as a decode step, whose path is right here.
+    QC_MUTANT_LAYER=i: only layer i has the bug (default: every linear-attention layer)."""
 
     def _run(self, tokens):
         out = super()._run(tokens)
         n, K = len(tokens), self.model.cfg.linear_conv_kernel_dim
+        only = os.environ.get("QC_MUTANT_LAYER")
         if 1 < n < K:
-            for d in self.cache.layers:
-                if "conv_state" in d:
+            for i, d in enumerate(self.cache.layers):
+                if "conv_state" in d and (only is None or i == int(only)):
                     d["conv_state"][:, :K - n] = 0.0
         return out
 
