@@ -721,8 +721,8 @@ static qc_status load_dir(const char *dir, int lazy, qc_model **out, qc_err *err
     L.lazy = lazy;
     L.p->streamed = lazy;
     st = load_impl(&L);
+    if (st == QC_OK && lazy) st = qc_model_stream_finish(m, err); /* deferred views: guards */
     if (st == QC_OK) st = qc_model_validate(m, err); /* the one model check, as every backend */
-    if (st == QC_OK && lazy) st = qc_model_stream_finish(m, err); /* deferred Q8_0 views */
     free(L.lay);
     qc_moe_found_free(&L.moe);
     if (st) {

@@ -254,6 +254,23 @@ static qc_status stack_experts(const qc_moe_found *F, qc_model *m, qc_model_priv
         }
     const qc_dtype dt = first->t->dtype;
     const size_t es = qc_dtype_size(dt), mat = (size_t)Ie * (size_t)H * es; /* one [Ie,H] */
+    qc_layer_weights *lw0 = &m->layers[li];
+    if (p->streamed) { /* stacked a layer at a time (qc_model_stream.c) */
+        const void *gsrc[2 * QC_MAX_EXPERTS_STACK], *dsrc[QC_MAX_EXPERTS_STACK];
+        if (E > QC_MAX_EXPERTS_STACK)
+            return qc_errf(err, QC_ERR_UNSUPPORTED, "%s: layer %d: %d experts in the per-expert "
+                           "layout (a streamed run stacks at most %d)", missing_file, li, E,
+                           QC_MAX_EXPERTS_STACK);
+        for (int e = 0; e < E; e++) {
+            gsrc[2 * e] = P[e * 3 + 0].t->data;
+            gsrc[2 * e + 1] = P[e * 3 + 1].t->data;
+            dsrc[e] = P[e * 3 + 2].t->data;
+        }
+        lw0->exp_gate_up = (qc_tensor){dt, 3, {E, 2 * Ie, H, 0}, NULL};
+        lw0->exp_down = (qc_tensor){dt, 3, {E, H, Ie, 0}, NULL};
+        qc_status s2 = qc_model_stream_defer_stack(p, &lw0->exp_gate_up, gsrc, 2 * E, mat, err);
+        return s2 ? s2 : qc_model_stream_defer_stack(p, &lw0->exp_down, dsrc, E, mat, err);
+    }
     uint8_t *gu = malloc((size_t)E * 2 * mat), *dn = malloc((size_t)E * mat);
     if (!gu || !dn || qc_model_priv_own(p, gu)) {
         free(gu);
@@ -314,12 +331,6 @@ qc_status qc_moe_take(const qc_moe_found *F, qc_model *m, qc_model_priv *p, cons
                                "fused experts.gate_up_proj / down_proj nor the per-expert "
                                "experts.{e}.*_proj.weight found)",
                                missing_file, prefix, li);
-            if (p->streamed)
-                return qc_errf(err, QC_ERR_UNSUPPORTED,
-                               "%s: %slayers.%d.mlp.experts: the per-expert layout is stacked "
-                               "in memory at load; a streamed run needs the fused "
-                               "experts.gate_up_proj / down_proj of the hub checkpoints (record "
-                               "without --stream)", missing_file, prefix, li);
             if ((st = stack_experts(F, m, p, li, prefix, missing_file, err))) return st;
         }
     }

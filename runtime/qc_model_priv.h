@@ -22,8 +22,10 @@ typedef struct {
     int lm_head_given_tied; /* tie_word_embeddings true but lm_head.weight present (it is used) */
     /* ---- a streamed model (qc_model_load_streamed; qc_model_stream.c) ---- */
     int streamed;           /* 1: files mapped lazily, layers populated / dropped on demand */
-    struct qc_q8_defer *q8; /* [n_q8] Q8_0 pairs repacked on demand (their views' data NULL) */
+    struct qc_q8_defer *q8; /* [n_q8] Q8_0 pairs repacked on demand */
     int n_q8, cap_q8;
+    struct qc_stack_defer *stk; /* [n_stk] per-expert MoE views stacked on demand */
+    int n_stk, cap_stk;
     void **layer_bufs;      /* [n_layers] the repacked Q8_0 buffers of an acquired layer */
     uint64_t bytes_read;    /* bytes populated so far (layers and rows) */
 } qc_model_priv;
@@ -36,7 +38,13 @@ qc_status qc_model_stream_hash(qc_model_priv *p, char hex[65], qc_err *err);
  * demand from w's and the scale's file bytes. QC_ERR_OOM. */
 qc_status qc_model_stream_defer_q8(qc_model_priv *p, qc_st_tensor *w, const qc_st_tensor *scale,
                                    qc_err *err);
-/* After the views are taken: link every deferred Q8_0 view to its pair, data := NULL. */
+/* A per-expert MoE view of a streamed model, stacked on demand: `view` (shape and dtype set)
+ * is made of the n_src matrices src[] of `mat` bytes each, in order. QC_ERR_OOM. */
+#define QC_MAX_EXPERTS_STACK 1024
+qc_status qc_model_stream_defer_stack(qc_model_priv *p, qc_tensor *view, const void *const *src,
+                                      int n_src, size_t mat, qc_err *err);
+/* After the views are taken: link every deferred Q8_0 view to its pair; every deferred view's
+ * data := a reserved, inaccessible range of its size until acquired (touching it faults). */
 qc_status qc_model_stream_finish(qc_model *m, qc_err *err);
 /* Free the streamed model's tables and buffers (qc_model_free). */
 void qc_model_stream_free(qc_model_priv *p, int n_layers);

@@ -35,7 +35,19 @@ struct qc_q8_defer {
     const uint8_t *quant; /* [out, in] I8, in the file mapping */
     const uint8_t *scale; /* [out, in/32] F16, in the file mapping */
     int64_t out, nb;      /* rows, blocks per row */
-    qc_tensor *view;      /* the model's view (data NULL until acquired), or NULL if unused */
+    qc_tensor *view;      /* the model's view (its guard until acquired), or NULL if unused */
+    void *guard;          /* reserved inaccessible range of the view's size */
+    size_t guard_len;
+};
+
+/* One per-expert MoE view stacked on demand. */
+struct qc_stack_defer {
+    qc_tensor *view;      /* exp_gate_up or exp_down of a layer */
+    const void **src;     /* [n_src] the experts' matrices in the file mapping, in order */
+    int n_src;
+    size_t mat;           /* bytes of one matrix */
+    void *guard;
+    size_t guard_len;
 };
 
 /* qc_layer_weights is a table of views: walked as an array. */
@@ -149,9 +161,34 @@ qc_status qc_model_stream_defer_q8(qc_model_priv *p, qc_st_tensor *w, const qc_s
         p->cap_q8 = nc;
     }
     p->q8[p->n_q8++] = (struct qc_q8_defer){w->data, scale->data, w->shape[0],
-                                            w->shape[1] / QC_Q8_0_BLOCK, NULL};
+                                            w->shape[1] / QC_Q8_0_BLOCK, NULL, NULL, 0};
     w->dtype = QC_Q8_0; /* the view keeps the quants' address until qc_model_stream_finish */
     return QC_OK;
+}
+
+qc_status qc_model_stream_defer_stack(qc_model_priv *p, qc_tensor *view, const void *const *src,
+                                      int n_src, size_t mat, qc_err *err) {
+    if (p->n_stk == p->cap_stk) {
+        int nc = p->cap_stk ? 2 * p->cap_stk : 16;
+        struct qc_stack_defer *ns = realloc(p->stk, (size_t)nc * sizeof *ns);
+        if (!ns) return qc_errf(err, QC_ERR_OOM, "streamed model: out of memory");
+        p->stk = ns;
+        p->cap_stk = nc;
+    }
+    const void **copy = malloc((size_t)n_src * sizeof *copy);
+    if (!copy) return qc_errf(err, QC_ERR_OOM, "streamed model: out of memory");
+    memcpy(copy, src, (size_t)n_src * sizeof *copy);
+    p->stk[p->n_stk++] = (struct qc_stack_defer){view, copy, n_src, mat, NULL, 0};
+    return QC_OK;
+}
+
+/* An inaccessible range of n bytes (address space only): a deferred view's data until it is
+ * acquired, so a read before acquire faults instead of reading something else. */
+static void *reserve_guard(size_t n, size_t *len) {
+    const size_t ps = page_size();
+    *len = n ? (n + ps - 1) / ps * ps : ps;
+    void *g = mmap(NULL, *len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return g == MAP_FAILED ? NULL : g;
 }
 
 static struct qc_q8_defer *q8_of(qc_model_priv *p, const void *quant) {
@@ -165,7 +202,9 @@ static qc_status link_q8(qc_model_priv *p, qc_tensor *t, qc_err *err) {
     struct qc_q8_defer *d = q8_of(p, t->data);
     if (!d) return qc_errf(err, QC_ERR_FORMAT, "streamed model: a Q8_0 view without its pair");
     d->view = t;
-    t->data = NULL; /* repacked on acquire */
+    d->guard = reserve_guard(qc_tensor_bytes(t), &d->guard_len);
+    if (!d->guard) return qc_errf(err, QC_ERR_OOM, "streamed model: cannot reserve address space");
+    t->data = d->guard; /* repacked on acquire */
     return QC_OK;
 }
 
@@ -177,6 +216,12 @@ qc_status qc_model_stream_finish(qc_model *m, qc_err *err) {
     if (m->lm_head.data != m->embed.data && (st = link_q8(p, &m->lm_head, err))) return st;
     for (int l = 0; l < m->cfg.n_layers && !st; l++)
         for (int v = 0; v < N_VIEWS && !st; v++) st = link_q8(p, &layer_views(m, l)[v], err);
+    for (int i = 0; i < p->n_stk && !st; i++) {
+        struct qc_stack_defer *d = &p->stk[i];
+        d->guard = reserve_guard(qc_tensor_bytes(d->view), &d->guard_len);
+        if (!d->guard) return qc_errf(err, QC_ERR_OOM, "streamed model: cannot reserve address space");
+        d->view->data = d->guard;
+    }
     return st;
 }
 
@@ -184,7 +229,14 @@ void qc_model_stream_free(qc_model_priv *p, int n_layers) {
     if (p->layer_bufs)
         for (size_t i = 0; i < (size_t)n_layers * N_VIEWS; i++) free(p->layer_bufs[i]);
     free(p->layer_bufs);
+    for (int i = 0; i < p->n_q8; i++)
+        if (p->q8[i].guard) munmap(p->q8[i].guard, p->q8[i].guard_len);
     free(p->q8);
+    for (int i = 0; i < p->n_stk; i++) {
+        if (p->stk[i].guard) munmap(p->stk[i].guard, p->stk[i].guard_len);
+        free(p->stk[i].src);
+    }
+    free(p->stk);
 }
 
 /* ==== layers ==== */
@@ -213,6 +265,31 @@ static uint8_t *repack_rows(qc_model_priv *p, const struct qc_q8_defer *d, int64
     return buf;
 }
 
+static struct qc_stack_defer *stacked(qc_model_priv *p, const qc_tensor *t) {
+    for (int i = 0; i < p->n_stk; i++)
+        if (p->stk[i].view == t) return &p->stk[i];
+    return NULL;
+}
+
+/* The deferred view's bytes into a new buffer (NULL: out of memory). */
+static uint8_t *stack_now(qc_model_priv *p, const struct qc_stack_defer *d) {
+    uint8_t *buf = malloc((size_t)d->n_src * d->mat + 1);
+    if (!buf) return NULL;
+    for (int k = 0; k < d->n_src; k++) {
+        populate(p, d->src[k], d->mat);
+        memcpy(buf + (size_t)k * d->mat, d->src[k], d->mat);
+        drop(d->src[k], d->mat);
+    }
+    return buf;
+}
+
+/* The guard a deferred view shows while not acquired (NULL: the view is not deferred). */
+static void *guard_of(qc_model_priv *p, const qc_tensor *t) {
+    const struct qc_q8_defer *q = t->dtype == QC_Q8_0 ? deferred(p, t) : NULL;
+    const struct qc_stack_defer *s = q ? NULL : stacked(p, t);
+    return q ? q->guard : s ? s->guard : NULL;
+}
+
 qc_status qc_model_layer_acquire(qc_model *m, int l, qc_err *err) {
     if (!qc_model_is_streamed(m)) return QC_OK;
     qc_model_priv *p = priv(m);
@@ -220,11 +297,12 @@ qc_status qc_model_layer_acquire(qc_model *m, int l, qc_err *err) {
     for (int i = 0; i < N_VIEWS; i++) {
         if (v[i].ndim == 0) continue;
         const struct qc_q8_defer *d = v[i].dtype == QC_Q8_0 ? deferred(p, &v[i]) : NULL;
-        if (!d) {
+        const struct qc_stack_defer *sd = d ? NULL : stacked(p, &v[i]);
+        if (!d && !sd) {
             populate(p, v[i].data, qc_tensor_bytes(&v[i]));
             continue;
         }
-        uint8_t *buf = repack_rows(p, d, 0, d->out);
+        uint8_t *buf = d ? repack_rows(p, d, 0, d->out) : stack_now(p, sd);
         if (!buf) {
             qc_model_layer_release(m, l);
             return qc_errf(err, QC_ERR_OOM, "%s: layer %d: out of memory repacking Q8_0 weights",
@@ -245,7 +323,7 @@ void qc_model_layer_release(qc_model *m, int l) {
         if (*b) {
             free(*b);
             *b = NULL;
-            v[i].data = NULL;
+            v[i].data = guard_of(p, &v[i]);
         } else if (v[i].ndim) {
             drop(v[i].data, qc_tensor_bytes(&v[i]));
         }
@@ -258,9 +336,12 @@ void qc_model_layer_prefetch(qc_model *m, int l) {
     qc_tensor *v = layer_views(m, l);
     for (int i = 0; i < N_VIEWS; i++) {
         const struct qc_q8_defer *d = v[i].dtype == QC_Q8_0 ? deferred(p, &v[i]) : NULL;
+        const struct qc_stack_defer *sd = d ? NULL : stacked(p, &v[i]);
         if (d) {
             will_need(d->quant, (size_t)d->out * d->nb * QC_Q8_0_BLOCK);
             will_need(d->scale, (size_t)d->out * d->nb * 2);
+        } else if (sd) {
+            for (int k = 0; k < sd->n_src; k++) will_need(sd->src[k], sd->mat);
         } else if (v[i].ndim) {
             will_need(v[i].data, qc_tensor_bytes(&v[i]));
         }

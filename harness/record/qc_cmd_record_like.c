@@ -24,12 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "qc/qc_model.h"
 #include "qc_cli.h"
 #include "qc_cmd_record_internal.h"
 #include "qc_outpath.h"
 #include "qc_record_moe.h"
+#include "qc_record_stream.h"
 #include "qc_registry.h"
 #include "qc_runcase.h"
 
@@ -45,6 +47,8 @@ typedef struct {
     int n_done;             /* results filled */
     qc_mode mode;
     qc_memplan plan;
+    int streamed;           /* layer-major over all cases (qc_record_stream.h) */
+    qc_stream_stats sstats;
 } like_run;
 
 /* ===================================================================================== */
@@ -74,13 +78,58 @@ static qc_status like_verify(const record_args *a, qc_err *err) {
     return qc_outpath_verify(err);
 }
 
+/* Does the in-memory record fit the budget (the checkpoint's files, the golden's lengths)? */
+static int like_fits_in_memory(const record_args *a, const like_run *r, qc_err *err) {
+    (void)err;
+    const qc_golden *g = r->g;
+    int maxctx = 1;
+    long rows = 0;
+    for (int i = 0; i < g->n_cases; i++) {
+        qc_profile p;
+        case_profile(&g->cases[i], QC_MODE_NOKV, &p);
+        if (p.max_context_len > maxctx) maxctx = p.max_context_len;
+        rows += g->cases[i].n_tokens + g->cases[i].n_decode;
+    }
+    qc_memplan_req rq;
+    qc_memplan_req_init(&rq, &g->cfg, QC_BF16, maxctx, maxctx);
+    qc_err e2;
+    qc_err_clear(&e2);
+    if (qc_registry_memplan(a->backend, &rq, &e2)) return 1; /* let the real plan say it */
+    rq.weight_bytes = qc_record_checkpoint_bytes(r->model_dir);
+    rq.n_logit_rows = rows;
+    return qc_memplan_enforce(&rq, a->max_memory, "memory", NULL, &e2) == QC_OK;
+}
+
+/* What a layer-major run of every case keeps besides the layer (qc_record_stream.h). */
+static uint64_t like_stream_extra(const record_args *a, const like_run *r) {
+    uint64_t total = 0;
+    for (int i = 0; i < r->g->n_cases; i++) {
+        const qc_golden_case *gc = &r->g->cases[i];
+        qc_profile p;
+        case_profile(gc, r->mode, &p);
+        qc_stream_case sc;
+        memset(&sc, 0, sizeof sc);
+        sc.profile = &p;
+        sc.in.n_history = gc->n_history, sc.in.n_tokens = gc->n_tokens;
+        sc.in.n_decode = gc->n_decode, sc.in.capture_hidden = !a->no_hidden;
+        total += qc_record_stream_extra_bytes(&r->model->cfg, &sc, 1, NULL);
+    }
+    return total;
+}
+
 /* Open the golden, load the model, plan the memory, create the backend. */
 static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
     qc_status st = qc_golden_open_lazy(a->like, &r->g, err);
     if (st) return st;
     const qc_golden *g = r->g;
     r->model_dir = a->model ? a->model : g->model_dir;
-    if ((st = qc_model_load(r->model_dir, &r->model, err))) {
+    r->streamed = a->stream || (qc_registry_is_builtin(a->backend) &&
+                                !like_fits_in_memory(a, r, err));
+    if (r->streamed && !a->stream)
+        fprintf(stderr, "%s: %s: the checkpoint does not fit %s in memory: recording "
+                "layer-major, one layer's weights at a time (--stream)\n", PROG, r->model_dir,
+                a->max_memory ? a->max_memory : "the available memory");
+    if ((st = (r->streamed ? qc_model_load_streamed : qc_model_load)(r->model_dir, &r->model, err))) {
         if (!a->model) qc_err_prefix(err, st, "%s: model_path '%s'", g->path, g->model_path);
         return st;
     }
@@ -103,14 +152,18 @@ static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
     qc_memplan_req_init(&rq, &r->model->cfg, r->model->embed.dtype, maxctx, maxctx);
     if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, &rq, err)))
         return st;
-    rq.weight_bytes = qc_model_weight_bytes(r->model);
+    rq.weight_bytes = r->streamed ? qc_record_stream_weight_bytes(r->model)
+                                  : qc_model_weight_bytes(r->model);
+    if (r->streamed) rq.extra_bytes = like_stream_extra(a, r);
     rq.n_logit_rows = rows;
     rq.nokv = r->mode == QC_MODE_NOKV;
     rq.n_hidden_tokens = a->no_hidden ? 0 : hidden;
     if (qc_cfg_is_moe(&r->model->cfg) && !a->no_hidden) /* moe_in [L, T + S, H] */
         rq.n_hidden_tokens += rows;
     rq.n_state_copies = copies;
-    if ((st = qc_memplan_enforce(&rq, a->max_memory, "memory", &r->plan, err))) return st;
+    if ((st = qc_memplan_enforce(&rq, a->max_memory, r->streamed ? "memory (layer-major)"
+                                 : "memory", &r->plan, err)))
+        return st;
     if ((st = qc_record_make_backend(a, r->model_dir, r->model, &o, &r->be, err))) return st;
     if ((st = qc_record_config_text(r->model, &r->config_text, err))) return st;
     r->cases = calloc((size_t)g->n_cases, sizeof *r->cases);
@@ -121,6 +174,8 @@ static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
 /* ===================================================================================== */
 /* running                                                                               */
 /* ===================================================================================== */
+
+static void like_finish_case(const record_args *a, like_run *r, int i);
 
 /* Case i of the golden on the backend, into r->cases[i]. */
 static qc_status like_run_case(const record_args *a, like_run *r, int i, qc_err *err) {
@@ -147,16 +202,64 @@ static qc_status like_run_case(const record_args *a, like_run *r, int i, qc_err 
                       qc_mode_str(r->mode));
     } else {
         r->n_done = i + 1;
-        if (!(r->be->caps & QC_BE_CAP_STATE_READ)) { /* not the runtime's state: leave it out */
-            qc_golden_state_free(&r->model->cfg, &out->prefill_state);
-            qc_golden_state_free(&r->model->cfg, &out->decode_state);
-        }
-        out->max_seq_len = gc->max_seq_len;
-        snprintf(out->description, sizeof out->description,
-                 "record --like, %.40s backend, %s prefill: %.160s", a->backend,
-                 qc_mode_str(r->mode), gc->description);
+        like_finish_case(a, r, i);
     }
     qc_golden_unload_case(r->g, i);
+    return st;
+}
+
+/* Case i's result, finished as every recorded case (states, lengths, description). */
+static void like_finish_case(const record_args *a, like_run *r, int i) {
+    const qc_golden_case *gc = &r->g->cases[i];
+    qc_golden_case *out = &r->cases[i];
+    if (!(r->be->caps & QC_BE_CAP_STATE_READ)) { /* not the runtime's state: leave it out */
+        qc_golden_state_free(&r->model->cfg, &out->prefill_state);
+        qc_golden_state_free(&r->model->cfg, &out->decode_state);
+    }
+    out->max_seq_len = gc->max_seq_len;
+    snprintf(out->description, sizeof out->description,
+             "record --like, %.40s backend, %s prefill: %.160s", a->backend,
+             qc_mode_str(r->mode), gc->description);
+}
+
+/* Every case layer-major: the inputs copied out of the golden, one run of them all. */
+static qc_status like_run_streamed(const record_args *a, like_run *r, qc_err *err) {
+    const int n = r->g->n_cases;
+    qc_stream_case *sc = calloc((size_t)n, sizeof *sc);
+    qc_profile *pr = calloc((size_t)n, sizeof *pr);
+    int32_t **ids = calloc((size_t)n * 3, sizeof *ids);
+    qc_status st = sc && pr && ids ? QC_OK : qc_errf(err, QC_ERR_OOM, "%s: out of memory", a->like);
+    for (int i = 0; i < n && !st; i++) {
+        if ((st = qc_golden_load_case(r->g, i, err))) break;
+        const qc_golden_case *gc = &r->g->cases[i];
+        const int32_t *src[3] = {gc->history, gc->tokens, gc->decode_tokens};
+        const int cnt[3] = {gc->n_history, gc->n_tokens, gc->n_decode};
+        for (int k = 0; k < 3 && !st; k++) {
+            if (cnt[k] <= 0 || !src[k]) continue;
+            ids[3 * i + k] = malloc((size_t)cnt[k] * sizeof(int32_t));
+            if (!ids[3 * i + k]) st = qc_errf(err, QC_ERR_OOM, "%s: out of memory", a->like);
+            else memcpy(ids[3 * i + k], src[k], (size_t)cnt[k] * sizeof(int32_t));
+        }
+        case_profile(gc, r->mode, &pr[i]);
+        sc[i].name = gc->name;
+        sc[i].profile = &pr[i];
+        sc[i].in.history = ids[3 * i], sc[i].in.n_history = gc->n_history;
+        sc[i].in.tokens = ids[3 * i + 1], sc[i].in.n_tokens = gc->n_tokens;
+        sc[i].in.n_decode = gc->n_decode, sc[i].in.forced = ids[3 * i + 2];
+        sc[i].in.capture_hidden = sc[i].with_in = !a->no_hidden;
+        sc[i].out = &r->cases[i];
+        qc_golden_unload_case(r->g, i);
+    }
+    qc_stream_opts so = {isatty(2), 0};
+    if (!st) st = qc_record_stream_run(r->be, r->model, sc, n, &so, &r->sstats, err);
+    if (!st) {
+        r->n_done = n;
+        for (int i = 0; i < n; i++) like_finish_case(a, r, i);
+    }
+    for (int i = 0; ids && i < 3 * n; i++) free(ids[i]);
+    free(ids);
+    free(pr);
+    free(sc);
     return st;
 }
 
@@ -188,7 +291,8 @@ int qc_record_like(const record_args *a) {
         return st ? qc_record_fail(&err) : QC_EXIT_PASS;
     }
     if (!st) st = like_setup(a, &r, &err);
-    for (int i = 0; !st && i < r.g->n_cases; i++) st = like_run_case(a, &r, i, &err);
+    if (!st && r.streamed) st = like_run_streamed(a, &r, &err);
+    for (int i = 0; !st && !r.streamed && i < r.g->n_cases; i++) st = like_run_case(a, &r, i, &err);
     if (!st) {
         qc_golden og;
         st = qc_record_provenance(a, r.model, r.config_text, &og, &err);
@@ -210,6 +314,10 @@ int qc_record_like(const record_args *a) {
                r.be->describe ? r.be->describe(r.be) : r.be->name);
         printf("%s: memory: peak resident %.2f GiB (planned %.2f GiB)\n", PROG,
                qc_memplan_gib(qc_memplan_peak_rss()), qc_memplan_gib(r.plan.total));
+        if (r.streamed)
+            printf("%s: layer-major: %d pass%s over the weights, %.2f GiB read from the files "
+                   "in %.1f s\n", PROG, r.sstats.passes, r.sstats.passes == 1 ? "" : "es",
+                   (double)r.sstats.bytes_read / (double)(1u << 30), r.sstats.seconds);
         printf("%s: compare with: qwen-conform diff %s %s\n", PROG, a->like, a->out);
     }
     like_free(&r);
