@@ -349,8 +349,8 @@ def check_memory(c, cases, max_memory, model_dir, stream=False):
             raise InputError(str(e))
     if est["total"] <= limit and not stream:
         return False
-    from . import stream as qstream
-    st = qstream.estimate(c, cases)
+    from .stream import estimate as stream_estimate
+    st = stream_estimate(c, cases)
     if st["total"] > limit:
         raise InputError(
             "%s: needs about %s > %s %s even streamed layer by layer: the largest layer %d "
@@ -456,16 +456,15 @@ def _run_streamed(model_dir, cfg, jobs):
     """The jobs' results with the weights streamed layer by layer (qcgolden/stream.py)."""
     from . import checkpoint, stream
     bad = (checkpoint.CheckpointError, safetensors.SafetensorsError, qconfig.ConfigError)
+    model = None
     try:
         model = stream.StreamModel(model_dir, cfg)
-    except bad as e:
-        raise InputError(str(e))
-    try:
         return stream.run_jobs(model, jobs)
     except bad as e:
         raise InputError(str(e))
     finally:
-        model.close()
+        if model is not None:
+            model.close()
 
 
 def _tokens_case(model, hist, toks, n_decode):
@@ -551,11 +550,9 @@ def cmd_generate(a):
         shape = [(s.name, s.history_prompt, s.history_decode, s.n_tokens, s.n_decode)
                  for s in specs]
     streamed = check_memory(cfg, shape, a.max_memory, model_dir, a.stream)
-    if toks:
-        jobs = [lambda m: _tokens_case(m, hist, toks, n_decode)]
-    else:
-        jobs = [(lambda m, c=c, i=i: _standard_case(m, c, a.seed, i, model_dir))
-                for i, c in enumerate(specs)]
+    jobs = [lambda m: _tokens_case(m, hist, toks, n_decode)] if toks else [
+        (lambda m, c=c, i=i: _standard_case(m, c, a.seed, i, model_dir))
+        for i, c in enumerate(specs)]
     if streamed:
         results = _run_streamed(model_dir, cfg, jobs)
     else:
