@@ -84,6 +84,9 @@ static void record_usage(FILE *f) {
             "                                   (read from the files as it goes; bit-identical output);\n"
             "                                   chosen by itself when the checkpoint does not fit\n"
             "                                   --max-memory (or the available memory)\n"
+            "         [--resume]                --stream with a checkpoint after every layer in\n"
+            "                                   OUT.resume/ (removed on success); a run killed at any\n"
+            "                                   point continues from its last layer, same output\n"
             "Writes a golden (HDF5 schema v1): the prompt's logits at every position, per-layer\n"
             "hidden states, the state after prefill, N greedy decode steps and the state after\n"
             "them; for a MoE model the router's choices (prefill/router, decode/router: top-k ids\n"
@@ -141,6 +144,9 @@ static qc_status parse_one(qc_argp *p, record_args *a, int *help, qc_err *err) {
     } else if (qc_argp_is(p, "--stream")) {
         st = qc_argp_bool(p, err);
         a->stream = 1;
+    } else if (qc_argp_is(p, "--resume")) {
+        st = qc_argp_bool(p, err);
+        a->resume = a->stream = 1;
     } else if (qc_argp_is(p, "--decode")) st = qc_argp_int(p, 0, 1 << 24, &a->n_decode, err);
     else if (qc_argp_is(p, "--threads")) st = qc_argp_int(p, 0, 4096, &a->threads, err);
     else if (qc_argp_is(p, "--chunk-size")) st = qc_argp_int(p, 1, 1 << 20, &a->chunk_size, err);
@@ -167,12 +173,16 @@ static qc_status check_like_args(const record_args *a, qc_err *err) {
     return QC_OK;
 }
 
-static qc_status check_args(const record_args *a, qc_err *err) {
+static qc_status check_args(record_args *a, qc_err *err) {
     qc_runtime_spec rs;
     qc_status st = qc_registry_parse(a->backend, 0, &rs, err);
     if (st) return st;
     if (!strcmp(a->backend, "all"))
         return qc_errf(err, QC_ERR_ARG, "--backend: 'all' is for check (record runs one backend)");
+    if (a->resume && a->synthetic)
+        return qc_errf(err, QC_ERR_ARG, "--resume: needs --model or --like (a checkpoint names "
+                       "the weight files it was made from)");
+    if (a->resume && a->out) snprintf(a->resume_dir, sizeof a->resume_dir, "%s.resume", a->out);
     if (a->stream && !qc_registry_is_builtin(a->backend))
         return qc_errf(err, QC_ERR_ARG, "--stream: --backend %s runs its own forward pass; a "
                        "layer-major record needs reference or optimized", a->backend);
@@ -532,7 +542,7 @@ static qc_status run_and_write(const record_args *a, one_run *r, qc_err *err) {
     qc_status st;
     if (r->streamed) {
         qc_stream_case sc = {a->case_name, &r->prof, in, !a->no_hidden, &r->gc};
-        qc_stream_opts so = {isatty(2), 0};
+        qc_stream_opts so = {isatty(2), 0, a->resume ? a->resume_dir : NULL};
         st = qc_record_stream_run(r->be, r->model, &sc, 1, &so, &r->sstats, err);
     } else {
         st = qc_record_run_case(r->be, &r->prof, a->case_name, &in, !a->no_hidden, &r->gc, err);

@@ -40,6 +40,9 @@ typedef struct {
     int force;               /* --force: an existing --out may be replaced */
     int stream;              /* --stream: layer-major, one layer's weights resident at a time
                                 (chosen by itself when the checkpoint does not fit) */
+    int resume;              /* --resume: checkpoints in <out>.resume/, a run found there
+                                continued (implies --stream) */
+    char resume_dir[4200];   /* <out>.resume when --resume */
     qc_cli_profile pf;       /* profile flags */
 } record_args;
 

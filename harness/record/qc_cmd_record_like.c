@@ -250,7 +250,7 @@ static qc_status like_run_streamed(const record_args *a, like_run *r, qc_err *er
         sc[i].out = &r->cases[i];
         qc_golden_unload_case(r->g, i);
     }
-    qc_stream_opts so = {isatty(2), 0};
+    qc_stream_opts so = {isatty(2), 0, a->resume ? a->resume_dir : NULL};
     if (!st) st = qc_record_stream_run(r->be, r->model, sc, n, &so, &r->sstats, err);
     if (!st) {
         r->n_done = n;

@@ -19,7 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qc/qc_sha256.h"
 #include "qc_record_moe.h"
+#include "qc_record_resume.h"
 #include "qc_record_tape.h"
 
 typedef struct {
@@ -37,6 +39,7 @@ typedef struct {
     double t0;                /* start (seconds) */
     int pass;                 /* passes over the weights so far */
     qc_status trace_status;   /* QC_ERR_OOM from the trace hook */
+    char key[65];             /* the inputs' key of a --resume checkpoint */
 } srun;
 
 static double now_s(void) {
@@ -184,12 +187,20 @@ static qc_status run_head(srun *R, double pass_t0, qc_err *err) {
     return QC_OK;
 }
 
-/* Everything recorded and not yet executed, in one pass over the weights. */
-static qc_status execute(srun *R, qc_err *err) {
+/* After a layer: the checkpoint (--resume). */
+static qc_status checkpoint(srun *R, int next_layer, qc_err *err) {
+    if (!R->o || !R->o->resume_dir) return QC_OK;
+    return qc_resume_save(R->o->resume_dir, R->key, &R->m->cfg, R->tapes, R->complete,
+                          R->n_cases, R->pass, next_layer, err);
+}
+
+/* Everything recorded and not yet executed, in one pass over the weights, from layer `first`
+ * (0; a resumed pass: the layer after its checkpoint, the embeddings and earlier layers done). */
+static qc_status execute(srun *R, int first, qc_err *err) {
     const qc_config *cfg = &R->m->cfg;
     const double pass_t0 = now_s();
     qc_status s = QC_OK;
-    for (int c = 0; c < R->n_cases && !s; c++) {
+    for (int c = 0; c < R->n_cases && !s && first == 0; c++) {
         tape_case *t = &R->tapes[c];
         if (!t->live)
             s = qc_state_create(cfg, R->cases[c].profile->max_context_len, &t->live, err);
@@ -201,11 +212,12 @@ static qc_status execute(srun *R, qc_err *err) {
             if (t->ops[j].kind == TAPE_CALL) s = embed_call(R, &t->ops[j], err);
     }
     qc_model_tensor_drop(R->m, &R->m->embed);
-    for (int l = 0; l < cfg->n_layers && !s; l++) {
+    for (int l = first; l < cfg->n_layers && !s; l++) {
         if ((s = qc_model_layer_acquire(R->m, l, err))) break;
         qc_model_layer_prefetch(R->m, l + 1);
         s = run_layer(R, l, err);
         qc_model_layer_release(R->m, l);
+        if (!s) s = checkpoint(R, l + 1, err);
         progress(R, "layer", l + 1, cfg->n_layers, pass_t0);
     }
     if (!s) s = run_norm(R, err);
@@ -255,8 +267,8 @@ static int decode_in_round(const qc_stream_case *sc, int round) {
     return round < S ? round : S;
 }
 
-static qc_status rounds(srun *R, qc_err *err) {
-    for (int round = 0;; round++) {
+static qc_status rounds(srun *R, int round, qc_err *err) {
+    for (;; round++) {
         int any_new = 0;
         for (int c = 0; c < R->n_cases; c++) {
             if (R->complete[c]) continue;
@@ -269,7 +281,7 @@ static qc_status rounds(srun *R, qc_err *err) {
                 any_new = 1;
         }
         if (!any_new) return QC_OK;
-        qc_status s = execute(R, err);
+        qc_status s = execute(R, 0, err);
         if (s) return s;
     }
 }
@@ -297,6 +309,57 @@ static qc_status playback(srun *R, qc_err *err) {
     return QC_OK;
 }
 
+/* The inputs' key: what a checkpoint must have been made of. */
+static void inputs_key(const srun *R, char hex[65]) {
+    qc_sha256_ctx h;
+    qc_sha256_init(&h);
+    const qc_model *m = R->m;
+    const qc_backend *be = R->be;
+    qc_sha256_update(&h, m->weights_sha256, sizeof m->weights_sha256);
+    qc_sha256_update(&h, m->config_sha256, sizeof m->config_sha256);
+    qc_sha256_update(&h, be->name, strlen(be->name) + 1);
+    const int64_t o[4] = {be->opts.dn_kernel, be->opts.chunk_size, be->opts.max_tokens,
+                          R->o && R->o->head_block_rows > 0 ? R->o->head_block_rows : 4096};
+    qc_sha256_update(&h, o, sizeof o);
+    for (int c = 0; c < R->n_cases; c++) {
+        const qc_stream_case *sc = &R->cases[c];
+        const int v[9] = {sc->profile->enable_dynamic_shape, sc->profile->use_kv_cache,
+                          sc->profile->max_seq_len, sc->profile->max_context_len,
+                          sc->in.n_history, sc->in.n_tokens, sc->in.n_decode,
+                          sc->in.capture_hidden, sc->with_in};
+        qc_sha256_update(&h, sc->name, strlen(sc->name) + 1);
+        qc_sha256_update(&h, v, sizeof v);
+        if (sc->in.n_history > 0) qc_sha256_update(&h, sc->in.history, (size_t)sc->in.n_history * 4);
+        qc_sha256_update(&h, sc->in.tokens, (size_t)sc->in.n_tokens * 4);
+        if (sc->in.forced) qc_sha256_update(&h, sc->in.forced, (size_t)sc->in.n_decode * 4);
+    }
+    uint8_t d[32];
+    qc_sha256_final(&h, d);
+    qc_sha256_to_hex(d, hex);
+}
+
+/* --resume: continue the pass a checkpoint stopped in (then the next round), or start one. */
+static qc_status resume(srun *R, int *round, qc_stream_stats *stats, qc_err *err) {
+    inputs_key(R, R->key);
+    qc_status s = qc_resume_open_dir(R->o->resume_dir, err);
+    if (s) return s;
+    int *ctx = malloc((size_t)R->n_cases * sizeof *ctx);
+    if (!ctx) return qc_errf(err, QC_ERR_OOM, "layer-major record: out of memory");
+    for (int c = 0; c < R->n_cases; c++) ctx[c] = R->cases[c].profile->max_context_len;
+    int pass = 0, layer = 0, found = 0;
+    s = qc_resume_load(R->o->resume_dir, R->key, &R->m->cfg, R->tapes, R->complete, R->n_cases,
+                       ctx, &pass, &layer, &found, err);
+    free(ctx);
+    if (s || !found) return s;
+    if (stats) stats->resumed_pass = pass, stats->resumed_layer = layer;
+    fprintf(stderr, "record: --resume: continuing pass %d at layer %d of %d (%s)\n", pass + 1,
+                layer, R->m->cfg.n_layers, R->o->resume_dir);
+    R->pass = pass;
+    s = execute(R, layer, err);
+    *round = pass + 1;
+    return s;
+}
+
 qc_status qc_record_stream_run(qc_backend *be, qc_model *m, qc_stream_case *cases, int n_cases,
                                const qc_stream_opts *opts, qc_stream_stats *stats, qc_err *err) {
     if (!be->step_layer || !be->step_norm || !be->step_logits)
@@ -312,8 +375,12 @@ qc_status qc_record_stream_run(qc_backend *be, qc_model *m, qc_stream_case *case
     qc_status s = QC_OK;
     if (!R.tapes || !R.complete) s = qc_errf(err, QC_ERR_OOM, "layer-major record: out of memory");
     if (!s) s = tape_backend_create(be, &R.cur, &R.tape_be, err);
-    if (!s) s = rounds(&R, err);
+    int round = 0;
+    if (stats) stats->resumed_pass = stats->resumed_layer = -1;
+    if (!s && opts && opts->resume_dir) s = resume(&R, &round, stats, err);
+    if (!s) s = rounds(&R, round, err);
     if (!s) s = playback(&R, err);
+    if (!s && opts && opts->resume_dir) qc_resume_remove(opts->resume_dir);
     if (stats) {
         stats->passes = R.pass;
         stats->bytes_read = qc_model_bytes_read(m);

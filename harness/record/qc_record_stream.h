@@ -36,11 +36,16 @@ typedef struct {
 typedef struct {
     int progress;             /* 1: a progress line on stderr (a terminal) */
     int64_t head_block_rows;  /* rows of the output head per block (0: 4096) */
+    const char *resume_dir;   /* a checkpoint after every layer in this directory, and a run
+                                 found there continued (qc_record_resume.c); removed on success.
+                                 NULL: no checkpoints */
 } qc_stream_opts;
 
 /* What a run read and how long it took (for the summary). */
 typedef struct {
     int passes;               /* passes over the weights (1 + greedy decode steps) */
+    int resumed_pass;         /* -1, or the pass a --resume run continued ... */
+    int resumed_layer;        /* ... from this layer */
     uint64_t bytes_read;      /* weight bytes populated (a streamed model) */
     double seconds;
 } qc_stream_stats;

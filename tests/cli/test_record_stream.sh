@@ -10,6 +10,8 @@
 #     --max-memory 300M: streaming is chosen by itself, the peak resident set stays under the
 #     budget and under the checkpoint's size, the output is the in-memory record's bytes; a budget
 #     too small even for one layer is refused (exit 2) with the number needed;
+#   * --resume: a run killed by SIGKILL after a checkpoint continues from it to the same bytes;
+#     a checkpoint of other inputs or a damaged one is refused (exit 2);
 #   * refused: the legacy packed layout (split in memory at load), --stream with a runtime that
 #     runs its own forward pass.
 set -u
@@ -87,6 +89,38 @@ if "$PY" "$SRC/golden/qcgolden" write-model --preset 0.8b --layers 3 --out "$M" 
     bad "peak RSS $rss bytes: not under the budget / the checkpoint ($ck)"
   cmp -s "$TMP/mem.h5" "$TMP/str.h5" && ok "0.8b-dims: streamed = in-memory, byte for byte" ||
     bad "0.8b-dims: streamed golden differs"
+  # --resume: killed (SIGKILL) after its first checkpoint, continued: the same bytes
+  R="$TMP/res.h5"
+  "$QC" record --model "$M" --tokens $TOK --decode 12 --backend optimized --out "$TMP/mem12.h5" \
+    > /dev/null 2>&1
+  "$QC" record --model "$M" --tokens $TOK --decode 12 --backend optimized --resume --out "$R" \
+    > /dev/null 2>&1 &
+  rpid=$!
+  for _ in $(seq 400); do [ -f "$R.resume/checkpoint.bin" ] && break; sleep 0.02; done
+  kill -9 $rpid 2>/dev/null; wait $rpid 2>/dev/null
+  if [ -f "$R.resume/checkpoint.bin" ] && [ ! -e "$R" ]; then
+    ok "--resume: killed with a checkpoint in $(basename "$R").resume and no output"
+    "$QC" record --model "$M" --tokens 9,9,9 --decode 12 --backend optimized --resume \
+      --out "$R" > /dev/null 2> "$TMP/other.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "made for other inputs" "$TMP/other.err" && [ ! -e "$R" ] &&
+      ok "--resume with other inputs: exit 2, the checkpoint refused" ||
+      bad "--resume with other inputs: rc $rc, $(cat "$TMP/other.err")"
+    "$QC" record --model "$M" --tokens $TOK --decode 12 --backend optimized --resume --out "$R" \
+      > /dev/null 2> "$TMP/res.err"
+    rc=$?
+    [ $rc -eq 0 ] && grep -q "continuing pass" "$TMP/res.err" && cmp -s "$TMP/mem12.h5" "$R" &&
+      [ ! -e "$R.resume" ] && ok "--resume after SIGKILL: $(grep -o 'continuing pass [0-9]* at layer [0-9]*' "$TMP/res.err"), identical output, checkpoint removed" ||
+      bad "--resume after SIGKILL: rc $rc, $(cat "$TMP/res.err")"
+    mkdir -p "$R.resume" && printf 'QCRESUME1\nshort' > "$R.resume/checkpoint.bin" && rm -f "$R"
+    "$QC" record --model "$M" --tokens $TOK --decode 12 --backend optimized --resume --out "$R" \
+      > /dev/null 2> "$TMP/dmg.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "checkpoint" "$TMP/dmg.err" && [ ! -e "$R" ] &&
+      ok "a damaged checkpoint: exit 2 naming it" || bad "damaged checkpoint: rc $rc, $(cat "$TMP/dmg.err")"
+  else
+    bad "--resume: no checkpoint before the kill (or the run had finished)"
+  fi
   "$QC" record --model "$M" --tokens $TOK --stream --max-memory 20M --out "$TMP/x.h5" \
     > /dev/null 2> "$TMP/x.err"
   rc=$?
