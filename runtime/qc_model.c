@@ -365,7 +365,11 @@ static qc_status classify(load_ctx *L, int file, const qc_st_tensor *t) {
 
 /* in_proj_qkvz rows per key head g: [q_g (dk), k_g (dk), v_g (r*dv), z_g (r*dv)];
  * in_proj_ba rows per key head g: [b_g (r), a_g (r)]. */
+static qc_status split_packed_lazy(load_ctx *L, int li, const qc_tensor *qkvz,
+                                   const qc_tensor *ba);
+
 static qc_status split_packed(load_ctx *L, int li, const qc_tensor *qkvz, const qc_tensor *ba) {
+    if (L->lazy) return split_packed_lazy(L, li, qkvz, ba);
     const qc_config *c = &L->m->cfg;
     qc_layer_weights *lw = &L->m->layers[li];
     size_t es = qc_dtype_size(qkvz->dtype), row = es * (size_t)c->hidden_size;
@@ -411,6 +415,51 @@ static qc_status split_packed(load_ctx *L, int li, const qc_tensor *qkvz, const 
     lw->in_proj_b = (qc_tensor){ba->dtype, 2, {(int64_t)nv, H, 0, 0}, b};
     lw->in_proj_a = (qc_tensor){ba->dtype, 2, {(int64_t)nv, H, 0, 0}, a};
     return QC_OK;
+}
+
+/* A streamed model: the same split, as row blocks of the files joined when the layer is
+ * acquired (qc_model_stream.c). */
+static qc_status split_packed_lazy(load_ctx *L, int li, const qc_tensor *qkvz,
+                                   const qc_tensor *ba) {
+    const qc_config *c = &L->m->cfg;
+    qc_layer_weights *lw = &L->m->layers[li];
+    const size_t row = qc_dtype_size(qkvz->dtype) * (size_t)c->hidden_size;
+    const size_t rowb = qc_dtype_size(ba->dtype) * (size_t)c->hidden_size;
+    const int nk = c->lin_n_k_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
+    const int r = c->lin_n_v_heads / nk;
+    const size_t grp = 2 * (size_t)dk + 2 * (size_t)r * dv; /* rows per key head */
+    const void **src = malloc((size_t)3 * nk * sizeof *src);
+    size_t *len = malloc((size_t)3 * nk * sizeof *len);
+    qc_status st = src && len ? QC_OK : qc_errf(L->err, QC_ERR_OOM, "%s: out of memory", L->dir);
+    const uint8_t *Q = qkvz->data, *BA = ba->data;
+    const int64_t H = c->hidden_size;
+    lw->in_proj_qkv = (qc_tensor){qkvz->dtype, 2, {qc_cfg_conv_dim(c), H, 0, 0}, NULL};
+    lw->in_proj_z = (qc_tensor){qkvz->dtype, 2, {qc_cfg_value_dim(c), H, 0, 0}, NULL};
+    lw->in_proj_b = (qc_tensor){ba->dtype, 2, {c->lin_n_v_heads, H, 0, 0}, NULL};
+    lw->in_proj_a = (qc_tensor){ba->dtype, 2, {c->lin_n_v_heads, H, 0, 0}, NULL};
+    for (int g = 0; g < nk && !st; g++) { /* qkv = [q_g for g | k_g for g | v_g for g] */
+        const uint8_t *G = Q + (size_t)g * grp * row;
+        src[g] = G, len[g] = (size_t)dk * row;
+        src[nk + g] = G + (size_t)dk * row, len[nk + g] = (size_t)dk * row;
+        src[2 * nk + g] = G + 2 * (size_t)dk * row, len[2 * nk + g] = (size_t)r * dv * row;
+    }
+    if (!st) st = qc_model_stream_defer_stack(L->p, &lw->in_proj_qkv, src, len, 3 * nk, 0, L->err);
+    for (int g = 0; g < nk && !st; g++) { /* z = [z_g] */
+        src[g] = Q + ((size_t)g * grp + 2 * (size_t)dk + (size_t)r * dv) * row;
+        len[g] = (size_t)r * dv * row;
+    }
+    if (!st) st = qc_model_stream_defer_stack(L->p, &lw->in_proj_z, src, len, nk, 0, L->err);
+    for (int k = 0; k < 2 && !st; k++) { /* b = [b_g], a = [a_g] */
+        for (int g = 0; g < nk; g++) {
+            src[g] = BA + ((size_t)g * 2 * r + (size_t)k * r) * rowb;
+            len[g] = (size_t)r * rowb;
+        }
+        st = qc_model_stream_defer_stack(L->p, k ? &lw->in_proj_a : &lw->in_proj_b, src, len, nk,
+                                         0, L->err);
+    }
+    free(src);
+    free(len);
+    return st;
 }
 
 /* ==== Loader: files ==== */
@@ -645,12 +694,6 @@ static qc_status load_impl(load_ctx *L) {
                     return st;
             }
         }
-        if (packed && L->lazy)
-            return qc_errf(err, QC_ERR_UNSUPPORTED,
-                           "%s: %slayers.%d: the legacy packed in_proj_qkvz / in_proj_ba layout "
-                           "is split in memory at load; a streamed run needs the split "
-                           "in_proj_qkv / z / b / a tensors (record without --stream)",
-                           missing_file, L->prefix, li);
         if (packed) {
             int64_t s1[4], s2[4];
             int n1 = slot_shape(c, SL_QKVZ, s1), n2 = slot_shape(c, SL_BA, s2);

@@ -268,8 +268,9 @@ static qc_status stack_experts(const qc_moe_found *F, qc_model *m, qc_model_priv
         }
         lw0->exp_gate_up = (qc_tensor){dt, 3, {E, 2 * Ie, H, 0}, NULL};
         lw0->exp_down = (qc_tensor){dt, 3, {E, H, Ie, 0}, NULL};
-        qc_status s2 = qc_model_stream_defer_stack(p, &lw0->exp_gate_up, gsrc, 2 * E, mat, err);
-        return s2 ? s2 : qc_model_stream_defer_stack(p, &lw0->exp_down, dsrc, E, mat, err);
+        qc_status s2 = qc_model_stream_defer_stack(p, &lw0->exp_gate_up, gsrc, NULL, 2 * E, mat,
+                                                   err);
+        return s2 ? s2 : qc_model_stream_defer_stack(p, &lw0->exp_down, dsrc, NULL, E, mat, err);
     }
     uint8_t *gu = malloc((size_t)E * 2 * mat), *dn = malloc((size_t)E * mat);
     if (!gu || !dn || qc_model_priv_own(p, gu)) {

@@ -38,11 +38,12 @@ qc_status qc_model_stream_hash(qc_model_priv *p, char hex[65], qc_err *err);
  * demand from w's and the scale's file bytes. QC_ERR_OOM. */
 qc_status qc_model_stream_defer_q8(qc_model_priv *p, qc_st_tensor *w, const qc_st_tensor *scale,
                                    qc_err *err);
-/* A per-expert MoE view of a streamed model, stacked on demand: `view` (shape and dtype set)
- * is made of the n_src matrices src[] of `mat` bytes each, in order. QC_ERR_OOM. */
+/* A view of a streamed model made on demand from pieces of the files (a per-expert MoE layer's
+ * matrices, a legacy packed layer's row blocks): `view` (shape and dtype set) is the n_src
+ * pieces src[k] of len[k] bytes (len NULL: `mat` bytes each) concatenated. QC_ERR_OOM. */
 #define QC_MAX_EXPERTS_STACK 1024
 qc_status qc_model_stream_defer_stack(qc_model_priv *p, qc_tensor *view, const void *const *src,
-                                      int n_src, size_t mat, qc_err *err);
+                                      const size_t *len, int n_src, size_t mat, qc_err *err);
 /* After the views are taken: link every deferred Q8_0 view to its pair; every deferred view's
  * data := a reserved, inaccessible range of its size until acquired (touching it faults). */
 qc_status qc_model_stream_finish(qc_model *m, qc_err *err);

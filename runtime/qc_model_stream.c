@@ -43,9 +43,10 @@ struct qc_q8_defer {
 /* One per-expert MoE view stacked on demand. */
 struct qc_stack_defer {
     qc_tensor *view;      /* exp_gate_up or exp_down of a layer */
-    const void **src;     /* [n_src] the experts' matrices in the file mapping, in order */
+    const void **src;     /* [n_src] the pieces in the file mapping, in order (the experts'
+                             matrices; a legacy packed layer's row blocks) */
+    size_t *len;          /* [n_src] bytes of each piece */
     int n_src;
-    size_t mat;           /* bytes of one matrix */
     void *guard;
     size_t guard_len;
 };
@@ -167,7 +168,7 @@ qc_status qc_model_stream_defer_q8(qc_model_priv *p, qc_st_tensor *w, const qc_s
 }
 
 qc_status qc_model_stream_defer_stack(qc_model_priv *p, qc_tensor *view, const void *const *src,
-                                      int n_src, size_t mat, qc_err *err) {
+                                      const size_t *len, int n_src, size_t mat, qc_err *err) {
     if (p->n_stk == p->cap_stk) {
         int nc = p->cap_stk ? 2 * p->cap_stk : 16;
         struct qc_stack_defer *ns = realloc(p->stk, (size_t)nc * sizeof *ns);
@@ -176,9 +177,15 @@ qc_status qc_model_stream_defer_stack(qc_model_priv *p, qc_tensor *view, const v
         p->cap_stk = nc;
     }
     const void **copy = malloc((size_t)n_src * sizeof *copy);
-    if (!copy) return qc_errf(err, QC_ERR_OOM, "streamed model: out of memory");
+    size_t *lens = malloc((size_t)n_src * sizeof *lens);
+    if (!copy || !lens) {
+        free(copy);
+        free(lens);
+        return qc_errf(err, QC_ERR_OOM, "streamed model: out of memory");
+    }
     memcpy(copy, src, (size_t)n_src * sizeof *copy);
-    p->stk[p->n_stk++] = (struct qc_stack_defer){view, copy, n_src, mat, NULL, 0};
+    for (int k = 0; k < n_src; k++) lens[k] = len ? len[k] : mat;
+    p->stk[p->n_stk++] = (struct qc_stack_defer){view, copy, lens, n_src, NULL, 0};
     return QC_OK;
 }
 
@@ -235,6 +242,7 @@ void qc_model_stream_free(qc_model_priv *p, int n_layers) {
     for (int i = 0; i < p->n_stk; i++) {
         if (p->stk[i].guard) munmap(p->stk[i].guard, p->stk[i].guard_len);
         free(p->stk[i].src);
+        free(p->stk[i].len);
     }
     free(p->stk);
 }
@@ -273,12 +281,15 @@ static struct qc_stack_defer *stacked(qc_model_priv *p, const qc_tensor *t) {
 
 /* The deferred view's bytes into a new buffer (NULL: out of memory). */
 static uint8_t *stack_now(qc_model_priv *p, const struct qc_stack_defer *d) {
-    uint8_t *buf = malloc((size_t)d->n_src * d->mat + 1);
+    size_t total = 0, off = 0;
+    for (int k = 0; k < d->n_src; k++) total += d->len[k];
+    uint8_t *buf = malloc(total + 1);
     if (!buf) return NULL;
     for (int k = 0; k < d->n_src; k++) {
-        populate(p, d->src[k], d->mat);
-        memcpy(buf + (size_t)k * d->mat, d->src[k], d->mat);
-        drop(d->src[k], d->mat);
+        populate(p, d->src[k], d->len[k]);
+        memcpy(buf + off, d->src[k], d->len[k]);
+        drop(d->src[k], d->len[k]);
+        off += d->len[k];
     }
     return buf;
 }
@@ -341,7 +352,7 @@ void qc_model_layer_prefetch(qc_model *m, int l) {
             will_need(d->quant, (size_t)d->out * d->nb * QC_Q8_0_BLOCK);
             will_need(d->scale, (size_t)d->out * d->nb * 2);
         } else if (sd) {
-            for (int k = 0; k < sd->n_src; k++) will_need(sd->src[k], sd->mat);
+            for (int k = 0; k < sd->n_src; k++) will_need(sd->src[k], sd->len[k]);
         } else if (v[i].ndim) {
             will_need(v[i].data, qc_tensor_bytes(&v[i]));
         }

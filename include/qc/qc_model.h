@@ -143,10 +143,12 @@ void qc_model_free(qc_model *m);
  * weights hash is computed by reading the files once in blocks. A tensor's bytes are read when
  * its layer is acquired and dropped from the process when it is released; the embedding table
  * and the output head are acquired in blocks of rows. Between acquire and release the views of
- * that layer are valid; a Q8_0 view of a layer not acquired has data NULL. The legacy packed
- * DeltaNet layout and the per-expert MoE layout (both rewritten in memory at load) are refused
- * (QC_ERR_UNSUPPORTED naming the layer). Every call below is a no-op returning QC_OK on an
- * in-memory model, so one layer-major driver serves both. */
+ * that layer are valid. What the in-memory loader rewrites at load — Q8_0 pairs (repacked),
+ * the per-expert MoE layout (stacked), the legacy packed DeltaNet layout (split) — is made when
+ * the layer is acquired and freed when it is released; until then such a view's data is an
+ * inaccessible reserved range (a read faults instead of reading something else). Every call
+ * below is a no-op returning QC_OK on an in-memory model, so one layer-major driver serves
+ * both. */
 qc_status qc_model_load_streamed(const char *dir, qc_model **out, qc_err *err);
 int qc_model_is_streamed(const qc_model *m);
 /* Layer l's weights resident (read from the files; Q8_0 pairs repacked into owned buffers).
