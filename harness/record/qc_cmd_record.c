@@ -355,6 +355,8 @@ typedef struct {
     int have_case;
     qc_memplan plan;
     int streamed;                    /* layer-major (qc_record_stream.h) */
+    int auto_streamed;               /* ... chosen because the in-memory plan does not fit */
+    uint64_t in_memory_need;         /* that plan's total */
     qc_stream_stats sstats;
 } one_run;
 
@@ -422,6 +424,9 @@ static qc_status plan_context(const record_args *a, one_run *r, qc_err *err) {
 static qc_status choose_streaming(const record_args *a, one_run *r, qc_err *err) {
     r->streamed = a->stream;
     if (r->streamed || !qc_registry_is_builtin(a->backend)) return QC_OK;
+    uint64_t limit;
+    qc_status lst = qc_memplan_limit(a->max_memory, &limit, err); /* a bad size: said now */
+    if (lst) return lst;
     qc_memplan_req rq;
     qc_backend_opts o;
     int max_tokens = qc_record_max_tokens(&r->prof);
@@ -438,10 +443,8 @@ static qc_status choose_streaming(const record_args *a, one_run *r, qc_err *err)
     qc_err_clear(&e2);
     qc_memplan plan;
     if (qc_memplan_enforce(&rq, a->max_memory, "memory", &plan, &e2) == QC_OK) return QC_OK;
-    r->streamed = 1;
-    fprintf(stderr, "%s: %s: %.2f GiB in memory does not fit %s: recording layer-major, one "
-            "layer's weights at a time (--stream)\n", PROG, a->model, qc_memplan_gib(plan.total),
-            a->max_memory ? a->max_memory : "the available memory");
+    r->streamed = r->auto_streamed = 1; /* said once the layer-major plan fits (make_backend) */
+    r->in_memory_need = plan.total;
     return QC_OK;
 }
 
@@ -522,6 +525,12 @@ static qc_status make_backend(const record_args *a, one_run *r, qc_err *err) {
     if ((st = qc_memplan_enforce(&rq, a->max_memory, r->streamed ? "memory (layer-major)" : "memory",
                                  &r->plan, err)))
         return st;
+    if (r->auto_streamed)
+        fprintf(stderr, "%s: %s: %.2f GiB in memory does not fit %s: recording layer-major in "
+                "%.2f GiB, one layer's weights at a time (--stream)\n", PROG, a->model,
+                qc_memplan_gib(r->in_memory_need),
+                a->max_memory ? a->max_memory : "the available memory",
+                qc_memplan_gib(r->plan.total));
     if ((st = qc_record_make_backend(a, a->model, r->model, &o, &r->be, err))) return st;
     if (a->synthetic) return qc_config_to_json(&r->model->cfg, &r->config_text, err);
     return qc_record_config_text(r->model, &r->config_text, err);

@@ -123,12 +123,10 @@ static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
     if (st) return st;
     const qc_golden *g = r->g;
     r->model_dir = a->model ? a->model : g->model_dir;
+    uint64_t limit;
+    if ((st = qc_memplan_limit(a->max_memory, &limit, err))) return st; /* a bad size: now */
     r->streamed = a->stream || (qc_registry_is_builtin(a->backend) &&
                                 !like_fits_in_memory(a, r, err));
-    if (r->streamed && !a->stream)
-        fprintf(stderr, "%s: %s: the checkpoint does not fit %s in memory: recording "
-                "layer-major, one layer's weights at a time (--stream)\n", PROG, r->model_dir,
-                a->max_memory ? a->max_memory : "the available memory");
     if ((st = (r->streamed ? qc_model_load_streamed : qc_model_load)(r->model_dir, &r->model, err))) {
         if (!a->model) qc_err_prefix(err, st, "%s: model_path '%s'", g->path, g->model_path);
         return st;
@@ -164,6 +162,11 @@ static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
     if ((st = qc_memplan_enforce(&rq, a->max_memory, r->streamed ? "memory (layer-major)"
                                  : "memory", &r->plan, err)))
         return st;
+    if (r->streamed && !a->stream)
+        fprintf(stderr, "%s: %s: the checkpoint does not fit %s in memory: recording "
+                "layer-major in %.2f GiB, one layer's weights at a time (--stream)\n", PROG,
+                r->model_dir, a->max_memory ? a->max_memory : "the available memory",
+                qc_memplan_gib(r->plan.total));
     if ((st = qc_record_make_backend(a, r->model_dir, r->model, &o, &r->be, err))) return st;
     if ((st = qc_record_config_text(r->model, &r->config_text, err))) return st;
     r->cases = calloc((size_t)g->n_cases, sizeof *r->cases);

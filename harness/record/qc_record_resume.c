@@ -13,6 +13,7 @@
  */
 #include "qc_record_resume.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,12 +279,28 @@ qc_status qc_resume_load(const char *dir, const char *key, const qc_config *cfg,
     return QC_OK;
 }
 
+/* The temp files of checkpoints whose writer was killed mid-write (SIGKILL, power loss):
+ * checkpoint.bin.tmp.<pid>.<n> (qc_out's naming); nothing else in the directory is touched. */
+static void remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "checkpoint.bin.tmp.", 19)) continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        (void)unlink(path);
+    }
+    closedir(d);
+}
+
 qc_status qc_resume_open_dir(const char *dir, qc_err *err) {
     struct stat sb;
     if (lstat(dir, &sb) == 0) {
         if (!S_ISDIR(sb.st_mode))
             return qc_errf(err, QC_ERR_ARG, "%s: exists and is not a directory (the --resume "
                            "checkpoint directory)", dir);
+        remove_stale_temps(dir);
         return QC_OK;
     }
     if (mkdir(dir, 0700) != 0)
@@ -296,5 +313,6 @@ void qc_resume_remove(const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
     (void)unlink(path);
+    remove_stale_temps(dir);
     (void)rmdir(dir); /* only if empty: nothing of anyone else's goes */
 }

@@ -89,6 +89,7 @@ if "$PY" "$SRC/golden/qcgolden" write-model --preset 0.8b --layers 3 --out "$M" 
     bad "peak RSS $rss bytes: not under the budget / the checkpoint ($ck)"
   cmp -s "$TMP/mem.h5" "$TMP/str.h5" && ok "0.8b-dims: streamed = in-memory, byte for byte" ||
     bad "0.8b-dims: streamed golden differs"
+  rm -f "$TMP/mem.h5" "$TMP/str.h5"
   # --resume: killed (SIGKILL) after its first checkpoint, continued: the same bytes
   R="$TMP/res.h5"
   "$QC" record --model "$M" --tokens $TOK --decode 12 --backend optimized --out "$TMP/mem12.h5" \
