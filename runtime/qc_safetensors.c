@@ -307,14 +307,9 @@ qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_
 
 /* ==== Files ==== */
 
-/* The file mapped read-only and shared with the page cache (pages read on first touch, dropped
- * with madvise): the streamed model's weights (qc_model_load_streamed). */
-static qc_status open_mapped(int fd, const char *path, size_t len, qc_st_file *out, qc_err *err) {
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED)
-        return qc_errf(err, QC_ERR_IO, "%s: cannot map %zu bytes: %s", path, len, strerror(e));
+/* Parse our mapping of the file; on success `out` owns it, else it is unmapped. */
+static qc_status parse_mapped(void *map, size_t len, const char *path, int lazy, qc_st_file *out,
+                              qc_err *err) {
     qc_status st = qc_st_parse((const uint8_t *)map, len, path, out, err);
     if (st) {
         munmap(map, len);
@@ -323,8 +318,19 @@ static qc_status open_mapped(int fd, const char *path, size_t len, qc_st_file *o
     }
     out->map = map;
     out->map_len = len;
-    out->lazy = 1;
+    out->lazy = lazy;
     return QC_OK;
+}
+
+/* The file mapped read-only and shared with the page cache (pages read on first touch, dropped
+ * with madvise): the streamed model's weights (qc_model_load_streamed). */
+static qc_status open_mapped(int fd, const char *path, size_t len, qc_st_file *out, qc_err *err) {
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED)
+        return qc_errf(err, QC_ERR_IO, "%s: cannot map %zu bytes: %s", path, len, strerror(e));
+    return parse_mapped(map, len, path, 1, out, err);
 }
 
 static qc_status open_impl(const char *path, int lazy, qc_st_file *out, qc_err *err);
@@ -392,15 +398,7 @@ static qc_status open_impl(const char *path, int lazy, qc_st_file *out, qc_err *
                        e ? ": " : " (the file shrank)", e ? strerror(e) : "");
     }
     (void)mprotect(map, len, PROT_READ);
-    qc_status st = qc_st_parse((const uint8_t *)map, len, path, out, err);
-    if (st) {
-        munmap(map, len);
-        memset(out, 0, sizeof *out);
-        return st;
-    }
-    out->map = map;
-    out->map_len = len;
-    return QC_OK;
+    return parse_mapped(map, len, path, 0, out, err);
 }
 
 const qc_st_tensor *qc_st_find(const qc_st_file *f, const char *name) {

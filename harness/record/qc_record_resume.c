@@ -55,17 +55,21 @@ static void w_bytes(wbuf *w, const void *p, size_t n) {
 }
 
 
-static void w_state(wbuf *w, const qc_state *s) {
+/* Every buffer of s in file order (per layer: k, v, conv, recurrent; absent ones skipped). */
+static void each_state_buf(qc_state *s, void (*fn)(void *ctx, float *p, size_t n), void *ctx) {
     const size_t kv = (size_t)s->n_kv_heads * s->max_context_len * s->head_dim;
     const size_t conv = (size_t)s->conv_dim * s->conv_kernel;
     const size_t rec = (size_t)s->n_v_heads * s->k_dim * s->v_dim;
     for (int l = 0; l < s->n_layers; l++) {
-        if (s->k_cache[l]) w_bytes(w, s->k_cache[l], kv * sizeof(float));
-        if (s->v_cache[l]) w_bytes(w, s->v_cache[l], kv * sizeof(float));
-        if (s->conv_state[l]) w_bytes(w, s->conv_state[l], conv * sizeof(float));
-        if (s->recurrent_state[l]) w_bytes(w, s->recurrent_state[l], rec * sizeof(float));
+        if (s->k_cache[l]) fn(ctx, s->k_cache[l], kv);
+        if (s->v_cache[l]) fn(ctx, s->v_cache[l], kv);
+        if (s->conv_state[l]) fn(ctx, s->conv_state[l], conv);
+        if (s->recurrent_state[l]) fn(ctx, s->recurrent_state[l], rec);
     }
 }
+
+static void w_buf(void *w, float *p, size_t n) { w_bytes(w, p, n * sizeof(float)); }
+static void w_state(wbuf *w, const qc_state *s) { each_state_buf((qc_state *)s, w_buf, w); }
 
 static void w_op(wbuf *w, const tape_op *op, int V, int H) {
     const int has_logits = op->logits != NULL, has_h = op->h != NULL;
@@ -167,17 +171,8 @@ static float *r_floats(rbuf *r, size_t n) {
     return p;
 }
 
-static void r_state(rbuf *r, qc_state *s) {
-    const size_t kv = (size_t)s->n_kv_heads * s->max_context_len * s->head_dim;
-    const size_t conv = (size_t)s->conv_dim * s->conv_kernel;
-    const size_t rec = (size_t)s->n_v_heads * s->k_dim * s->v_dim;
-    for (int l = 0; l < s->n_layers; l++) {
-        if (s->k_cache[l]) r_bytes(r, s->k_cache[l], kv * sizeof(float));
-        if (s->v_cache[l]) r_bytes(r, s->v_cache[l], kv * sizeof(float));
-        if (s->conv_state[l]) r_bytes(r, s->conv_state[l], conv * sizeof(float));
-        if (s->recurrent_state[l]) r_bytes(r, s->recurrent_state[l], rec * sizeof(float));
-    }
-}
+static void r_buf(void *r, float *p, size_t n) { r_bytes(r, p, n * sizeof(float)); }
+static void r_state(rbuf *r, qc_state *s) { each_state_buf(s, r_buf, r); }
 
 static void r_op(rbuf *r, tape_op *op, const qc_config *cfg, int max_ctx) {
     const int L = cfg->n_layers, V = cfg->vocab_size, H = cfg->hidden_size;
