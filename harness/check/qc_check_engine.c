@@ -777,7 +777,7 @@ int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
         qc_golden_paths_free(paths, n);
         return QC_EXIT_ERROR;
     }
-    if (!o->list && !o->calibrate) qc_report_console_header(stdout);
+    if (!o->list && !o->calibrate) qc_report_console_header_lazy(); /* above the first row */
     long counter = 0;
     for (int i = 0; i < n; i++) {
         if (!o->list && ck_stop_now(&c)) break; /* --maxfail */

@@ -12,13 +12,19 @@
 #define W_MODE 7
 #define W_CHECK 26
 
+static int header_pending; /* --quiet: the header waits for the first row printed */
+
 void qc_report_console_header(FILE *f) {
+    header_pending = 0;
     fprintf(f, "%-*s %-*s %-*s %-*s %-6s %s\n", W_CASE, "CASE", W_BACKEND, "BACKEND", W_MODE,
             "MODE", W_CHECK, "CHECK", "RESULT", "KEY NUMBERS");
 }
 
+void qc_report_console_header_lazy(void) { header_pending = 1; }
+
 void qc_report_console_row(FILE *f, const qc_check_row *row, int quiet) {
     if (quiet && (row->verdict == QC_VERDICT_PASS || row->verdict == QC_VERDICT_SKIP)) return;
+    if (header_pending) qc_report_console_header(f);
     char cs[256];
     snprintf(cs, sizeof cs, "%s/%s", row->stem, row->case_name);
     fprintf(f, "%-*s %-*s %-*s %-*s %-6s %s\n", W_CASE, cs, W_BACKEND, row->backend, W_MODE,

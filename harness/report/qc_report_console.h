@@ -9,6 +9,8 @@
 #include "qc_report_results.h"
 
 void qc_report_console_header(FILE *f);
+/* The header printed by the first row that is printed (--quiet: no header above nothing). */
+void qc_report_console_header_lazy(void);
 /* One table row. quiet: print only FAIL / ERROR rows. */
 void qc_report_console_row(FILE *f, const qc_check_row *row, int quiet);
 /* The details (torch-style summary, localisation, h5diff line) of every FAIL / ERROR row. */

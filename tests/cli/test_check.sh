@@ -146,5 +146,18 @@ EOF
 expect_rc 0 "override with reason relaxes logits" -- "$QC" --golden "$ONE" --policy "$TMP/ovr.json" \
   --filter '/len001/reference/dynamic$' --quiet
 
+# ---- console: no header above nothing; the summary line even when nothing ran -------------
+expect_rc 0 "--quiet passing run" -- "$QC" --golden "$ONE" --filter '/len001/reference/dynamic$' --quiet
+grep -q "KEY NUMBERS" "$TMP/out" && bad "--quiet printed a column header above no row" ||
+  ok "--quiet: no column header when no row is printed"
+tail -1 "$TMP/out" | grep -Eq "^[1-9][0-9]* passed, 0 failed, [0-9]+ skipped$" &&
+  ok "--quiet: the summary line ends the output" || bad "--quiet: last line '$(tail -1 "$TMP/out")'"
+expect_rc 3 "a filter that matches nothing" -- "$QC" --golden "$ONE" --filter 'no-such-case-xyz'
+tail -1 "$TMP/out" | grep -q "^0 passed, 0 failed, 0 skipped$" &&
+  ok "nothing selected: '0 passed, 0 failed, 0 skipped' still ends the output" ||
+  bad "nothing selected: last line '$(tail -1 "$TMP/out")'"
+grep -q "KEY NUMBERS" "$TMP/out" && bad "nothing selected: a column header above no row" ||
+  ok "nothing selected: no column header"
+
 echo "test_check.sh: $fails failure(s)"
 [ "$fails" -eq 0 ]
