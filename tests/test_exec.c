@@ -706,6 +706,13 @@ START_TEST(startup_failures) {
     ASSERT_HAS(e.msg, "adapter exited with status 9, in hello (last stderr: line3 | line4 |");
     ASSERT_HAS(e.msg, "| line12)");
     ck_assert(!strstr(e.msg, "line2 "));
+    /* a tail longer than the room is cut at a line boundary, never inside a line */
+    open_fails(NULL, "for i in 1 2 3 4 5 6 7 8 9 10; do printf 'L%02d_%0150d\\n' $i 0 >&2; done; "
+               "exit 9", 10, &e, &dt);
+    const char *tl = strstr(e.msg, "(last stderr: ");
+    ck_assert_msg(tl != NULL, "%s", e.msg);
+    ck_assert_msg(!strncmp(tl, "(last stderr: ... | L", 21), "cut inside a line: %s", tl);
+    ASSERT_HAS(e.msg, "L10_");
     qc_plugin_info info;
     void *h = NULL;
     ck_assert_int_eq(qc_exec_open("", 10, "/m", "", &info, &h, &e), QC_ERR_ARG);

@@ -94,7 +94,9 @@ void ex_drain_stderr(qc_exec *x) {
 }
 
 /* The last TAIL_LINES non-empty stderr lines joined with " | ", control characters replaced,
- * cut from the front to at most cap - 1 characters; "none" when there are none. */
+ * cut from the front to at most cap - 1 characters at a line boundary ("... | " then whole
+ * lines; only a single last line longer than the room is cut inside); "none" when there are
+ * none. */
 static void stderr_tail(const qc_exec *x, char *dst, size_t cap) {
     char *lin = malloc(2 * RING_SIZE + 64), *out = lin ? lin + RING_SIZE : NULL;
     if (!lin) { snprintf(dst, cap, "(out of memory)"); return; }
@@ -121,7 +123,11 @@ static void stderr_tail(const qc_exec *x, char *dst, size_t cap) {
     if (!any) snprintf(dst, cap, "none");
     else if (o + 1 <= cap) memcpy(dst, out, o + 1);
     else if (cap < 8) dst[0] = '\0';
-    else snprintf(dst, cap, "...%s", out + o - (cap - 4));
+    else { /* cut at a line boundary when one is left: "... | " + the whole last lines */
+        const char *cut = out + o - (cap - 4), *sep = strstr(cut, " | ");
+        if (sep) snprintf(dst, cap, "... | %s", sep + 3);
+        else snprintf(dst, cap, "...%s", cut); /* one line longer than the room: its end */
+    }
     free(lin);
 }
 
