@@ -154,6 +154,31 @@ START_TEST(json_report) {
 }
 END_TEST
 
+/* A backend name with dots of its own keeps the testcase name unambiguous. */
+START_TEST(junit_dotted_backend) {
+    qc_results r;
+    make_results(&r);
+    for (int i = 0; i < r.n; i++) snprintf(r.rows[i].backend, sizeof r.rows[i].backend, "exec:mine2.py");
+    setup_tmp();
+    char path[700], *buf = NULL;
+    snprintf(path, sizeof path, "%s/junit.xml", tmpdir);
+    qc_err e;
+    qc_err_clear(&e);
+    ck_assert_int_eq(qc_report_junit_write(path, &r, &e), QC_OK);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    buf = calloc(1, 1 << 16);
+    size_t got = fread(buf, 1, (1 << 16) - 1, f);
+    fclose(f);
+    ck_assert(got > 0);
+    ck_assert_msg(strstr(buf, "name=\"[exec:mine2.py].static.prefill.logits\""), "%s", buf);
+    ck_assert_msg(!strstr(buf, "name=\"exec:mine2.py."), "%s", buf);
+    free(buf);
+    cleanup_tmp();
+    qc_results_free(&r);
+}
+END_TEST
+
 START_TEST(junit_report) {
     qc_results r;
     make_results(&r);
@@ -362,6 +387,7 @@ int main(void) {
     tcase_set_timeout(t, 60);
     tcase_add_test(t, json_report);
     tcase_add_test(t, junit_report);
+    tcase_add_test(t, junit_dotted_backend);
     tcase_add_test(t, console_summary_last_line);
     tcase_add_test(t, console_summary_error_and_failure);
     tcase_add_test(t, exit_precedence);

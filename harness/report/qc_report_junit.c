@@ -129,8 +129,12 @@ char *qc_report_junit_string(const qc_results *r) {
             qc_sbuf_printf(&b, ".");
             sb_xml(&b, w->case_name);
             qc_sbuf_printf(&b, "\" name=\"");
+            /* name = backend.mode.check; a backend with a dot of its own (exec:mine.py) is
+             * bracketed, so the name still splits one way: [exec:mine.py].static.prefill.logits */
+            const int dotted = strchr(w->backend, '.') != NULL;
+            if (dotted) qc_sbuf_printf(&b, "[");
             sb_xml(&b, w->backend);
-            qc_sbuf_printf(&b, ".");
+            qc_sbuf_printf(&b, dotted ? "]." : ".");
             sb_xml(&b, w->mode);
             qc_sbuf_printf(&b, ".");
             sb_xml(&b, w->check);
