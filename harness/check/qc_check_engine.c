@@ -777,6 +777,7 @@ int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
         qc_golden_paths_free(paths, n);
         return QC_EXIT_ERROR;
     }
+    qc_report_console_fit(c.slot_name, QC_CK_SLOTS);
     if (!o->list && !o->calibrate) qc_report_console_header_lazy(); /* above the first row */
     long counter = 0;
     for (int i = 0; i < n; i++) {

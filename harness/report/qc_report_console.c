@@ -8,11 +8,19 @@
 #include <string.h>
 
 #define W_CASE 30
-#define W_BACKEND 9
 #define W_MODE 7
 #define W_CHECK 26
 
 static int header_pending; /* --quiet: the header waits for the first row printed */
+static int W_BACKEND = 9;  /* the longest backend name of the run (qc_report_console_fit) */
+
+void qc_report_console_fit(const char *const *backends, int n) {
+    W_BACKEND = 9;
+    for (int i = 0; i < n; i++) {
+        int w = backends[i] ? (int)strlen(backends[i]) : 0;
+        if (w > W_BACKEND) W_BACKEND = w < 40 ? w : 40;
+    }
+}
 
 void qc_report_console_header(FILE *f) {
     header_pending = 0;

@@ -11,6 +11,9 @@
 void qc_report_console_header(FILE *f);
 /* The header printed by the first row that is printed (--quiet: no header above nothing). */
 void qc_report_console_header_lazy(void);
+/* The BACKEND column as wide as the longest of the run's backend names (9 to 40; NULLs skipped),
+ * so that `exec:my_adapter.py` does not push the columns after it out of line. */
+void qc_report_console_fit(const char *const *backends, int n);
 /* One table row. quiet: print only FAIL / ERROR rows. */
 void qc_report_console_row(FILE *f, const qc_check_row *row, int quiet);
 /* The details (torch-style summary, localisation, h5diff line) of every FAIL / ERROR row. */

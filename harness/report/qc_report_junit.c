@@ -46,6 +46,19 @@ static void sb_xml_text(qc_sbuf *b, const char *t) {
 /* Report                                                                                    */
 /* ---------------------------------------------------------------------------------------- */
 
+
+/* name = backend.mode.check; a backend with a dot of its own (exec:mine.py) is bracketed, so
+ * the name still splits one way: [exec:mine.py].static.prefill.logits */
+static void sb_testcase_name(qc_sbuf *b, const qc_check_row *w) {
+    const int dotted = strchr(w->backend, '.') != NULL;
+    if (dotted) qc_sbuf_printf(b, "[");
+    sb_xml(b, w->backend);
+    qc_sbuf_printf(b, dotted ? "]." : ".");
+    sb_xml(b, w->mode);
+    qc_sbuf_printf(b, ".");
+    sb_xml(b, w->check);
+}
+
 /* The run's warnings as the suite's <system-err> (after its testcases: both schemas accept it
  * there). */
 static void sb_system_err(qc_sbuf *b, const qc_results *r) {
@@ -129,15 +142,7 @@ char *qc_report_junit_string(const qc_results *r) {
             qc_sbuf_printf(&b, ".");
             sb_xml(&b, w->case_name);
             qc_sbuf_printf(&b, "\" name=\"");
-            /* name = backend.mode.check; a backend with a dot of its own (exec:mine.py) is
-             * bracketed, so the name still splits one way: [exec:mine.py].static.prefill.logits */
-            const int dotted = strchr(w->backend, '.') != NULL;
-            if (dotted) qc_sbuf_printf(&b, "[");
-            sb_xml(&b, w->backend);
-            qc_sbuf_printf(&b, dotted ? "]." : ".");
-            sb_xml(&b, w->mode);
-            qc_sbuf_printf(&b, ".");
-            sb_xml(&b, w->check);
+            sb_testcase_name(&b, w);
             qc_sbuf_printf(&b, "\" time=\"%.3f\"", w->seconds);
             if (w->verdict == QC_VERDICT_PASS) {
                 qc_sbuf_printf(&b, "/>\n");

@@ -159,5 +159,20 @@ tail -1 "$TMP/out" | grep -q "^0 passed, 0 failed, 0 skipped$" &&
 grep -q "KEY NUMBERS" "$TMP/out" && bad "nothing selected: a column header above no row" ||
   ok "nothing selected: no column header"
 
+# ---- console: the BACKEND column fits a long runtime name -----------------------------------
+expect_rc 0 "an exec runtime's rows" -- "$QC" --golden "$ONE" --filter '/len001/' --mode static \
+  --backend "exec:/usr/bin/python3 $SRC/tests/adapters/minimal_adapter.py"
+/usr/bin/python3 - "$TMP/out" <<'EOF' && ok "exec:minimal_adapter.py rows keep the MODE column in line" || bad "the MODE column moved: $(grep -m2 'exec:' "$TMP/out")"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+head = next(l for l in lines if l.startswith("CASE "))
+col = head.index(" MODE ") + 1
+rows = [l for l in lines if " exec:minimal_adapter.py " in l]
+assert rows, "no exec rows"
+for l in rows:
+    word = l[col:].split(" ")[0]
+    assert word in ("static", "dynamic", "nokv", "-"), (col, l)
+EOF
+
 echo "test_check.sh: $fails failure(s)"
 [ "$fails" -eq 0 ]
