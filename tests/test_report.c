@@ -345,6 +345,37 @@ START_TEST(warnings_in_reports) {
 }
 END_TEST
 
+/* 27 ERROR rows with one message: printed once, with the count and the first rows named. */
+START_TEST(console_identical_errors_collapsed) {
+    qc_results r;
+    qc_results_init(&r);
+    for (int i = 0; i < 27; i++) {
+        qc_check_row w;
+        memset(&w, 0, sizeof w);
+        snprintf(w.stem, sizeof w.stem, "s");
+        snprintf(w.case_name, sizeof w.case_name, "len%03d", i);
+        snprintf(w.backend, sizeof w.backend, "exec:x.py");
+        snprintf(w.mode, sizeof w.mode, "static");
+        snprintf(w.check, sizeof w.check, "run");
+        w.verdict = QC_VERDICT_ERROR;
+        snprintf(w.keyline, sizeof w.keyline, "exec adapter 'x.py': cannot start: No such file");
+        ck_assert_ptr_nonnull(qc_results_add(&r, &w));
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    qc_report_console_failures(f, &r);
+    fclose(f);
+    int n = 0;
+    for (const char *p = buf; (p = strstr(p, "cannot start")); p++) n++;
+    ck_assert_int_eq(n, 1);
+    ck_assert_msg(strstr(buf, "the same error in 26 more rows: s/len001 exec:x.py static run,"), "%s", buf);
+    ck_assert_msg(strstr(buf, "(and 21 more)"), "%s", buf);
+    free(buf);
+    qc_results_free(&r);
+}
+END_TEST
+
 START_TEST(console_summary_last_line) {
     qc_results r;
     make_results(&r);
@@ -388,6 +419,7 @@ int main(void) {
     tcase_add_test(t, json_report);
     tcase_add_test(t, junit_report);
     tcase_add_test(t, junit_dotted_backend);
+    tcase_add_test(t, console_identical_errors_collapsed);
     tcase_add_test(t, console_summary_last_line);
     tcase_add_test(t, console_summary_error_and_failure);
     tcase_add_test(t, exit_precedence);

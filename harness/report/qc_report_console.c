@@ -40,11 +40,39 @@ void qc_report_console_row(FILE *f, const qc_check_row *row, int quiet) {
     fflush(f);
 }
 
+/* An ERROR row whose message an earlier ERROR row already has (printed once, with the count). */
+static int same_error(const qc_check_row *a, const qc_check_row *b) {
+    return a->verdict == QC_VERDICT_ERROR && b->verdict == QC_VERDICT_ERROR &&
+           !strcmp(a->keyline, b->keyline);
+}
+
+static int repeated_error(const qc_results *r, int i) {
+    for (int j = 0; j < i; j++)
+        if (same_error(&r->rows[j], &r->rows[i])) return 1;
+    return 0;
+}
+
+/* "the same error in N more rows: stem/case backend mode, ... (and K more)" after row i. */
+static void print_repeats(FILE *f, const qc_results *r, int i) {
+    int n = 0;
+    for (int j = i + 1; j < r->n; j++) n += same_error(&r->rows[i], &r->rows[j]);
+    if (!n) return;
+    fprintf(f, "  the same error in %d more row%s:", n, n == 1 ? "" : "s");
+    int listed = 0;
+    for (int j = i + 1; j < r->n && listed < 5; j++)
+        if (same_error(&r->rows[i], &r->rows[j]))
+            fprintf(f, "%s %s/%s %s %s %s", listed++ ? "," : "", r->rows[j].stem,
+                    r->rows[j].case_name, r->rows[j].backend, r->rows[j].mode, r->rows[j].check);
+    if (n > listed) fprintf(f, " (and %d more)", n - listed);
+    fprintf(f, "\n");
+}
+
 void qc_report_console_failures(FILE *f, const qc_results *r) {
     int shown = 0;
     for (int i = 0; i < r->n; i++) {
         const qc_check_row *row = &r->rows[i];
         if (row->verdict != QC_VERDICT_FAIL && row->verdict != QC_VERDICT_ERROR) continue;
+        if (repeated_error(r, i)) continue; /* listed under its first occurrence */
         if (!shown) fprintf(f, "\n== failures ==\n");
         shown++;
         fprintf(f, "\n%s %s/%s %s %s %s\n", qc_verdict_str(row->verdict), row->stem,
@@ -63,6 +91,7 @@ void qc_report_console_failures(FILE *f, const qc_results *r) {
         } else {
             fprintf(f, "  %s\n", row->keyline);
         }
+        print_repeats(f, r, i);
     }
     fflush(f);
 }
