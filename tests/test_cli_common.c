@@ -358,6 +358,11 @@ START_TEST(test_argp) {
     ck_assert_int_eq(qc_argp_bool(&a, &err), QC_ERR_ARG);
     ck_assert_int_eq(qc_argp_unknown(&a, &err), QC_ERR_ARG);
     ck_assert_str_eq(err.msg, "unknown option '--flag=v'");
+    /* "did you mean": the nearest of the flags the parser asked about for this argument */
+    (void)qc_argp_is(&a, "--flags");
+    (void)qc_argp_is(&a, "--out");
+    ck_assert_int_eq(qc_argp_unknown(&a, &err), QC_ERR_ARG);
+    ck_assert_str_eq(err.msg, "unknown option '--flag=v' (did you mean '--flags'?)");
     ck_assert(qc_argp_next(&a));
     ck_assert(a.positional);
     ck_assert_str_eq(a.arg, "--lit");

@@ -28,6 +28,7 @@ void qc_argp_init(qc_argp *a, const char *prog, int argc, char **argv) {
 
 int qc_argp_next(qc_argp *a) {
     a->i++;
+    a->n_asked = 0;
     a->arg = NULL;
     a->flag[0] = '\0';
     a->inline_val = NULL;
@@ -51,7 +52,8 @@ int qc_argp_next(qc_argp *a) {
     return 1;
 }
 
-int qc_argp_is(const qc_argp *a, const char *name) {
+int qc_argp_is(qc_argp *a, const char *name) {
+    if (a->n_asked < (int)(sizeof a->asked / sizeof a->asked[0])) a->asked[a->n_asked++] = name;
     return !a->positional && a->arg && strcmp(a->flag, name) == 0;
 }
 
@@ -101,6 +103,8 @@ qc_status qc_argp_bool(qc_argp *a, qc_err *err) {
 
 qc_status qc_argp_unknown(const qc_argp *a, qc_err *err) {
     if (a->positional) return qc_errf(err, QC_ERR_ARG, "unexpected argument '%s'", a->arg);
+    const char *near = qc_cli_nearest(a->flag, a->asked, a->n_asked);
+    if (near) return qc_errf(err, QC_ERR_ARG, "unknown option '%s' (did you mean '%s'?)", a->arg, near);
     return qc_errf(err, QC_ERR_ARG, "unknown option '%s'", a->arg);
 }
 

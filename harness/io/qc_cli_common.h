@@ -43,13 +43,16 @@ typedef struct {
     const char *inline_val; /* the text after '=' in "--flag=VALUE", or NULL */
     int positional;         /* 1: the current argument is positional */
     int no_more_flags;      /* 1 after "--" */
+    const char *asked[128]; /* the flags qc_argp_is was asked about for the current argument:
+                               the command's options, for "did you mean" */
+    int n_asked;
 } qc_argp;
 
 void qc_argp_init(qc_argp *a, const char *prog, int argc, char **argv);
 /* Advance to the next argument; 0 at the end. */
 int qc_argp_next(qc_argp *a);
 /* 1 when the current argument is the flag `name` ("--out" matches "--out" and "--out=x"). */
-int qc_argp_is(const qc_argp *a, const char *name);
+int qc_argp_is(qc_argp *a, const char *name);
 /* The flag's value (inline or the next argument). QC_ERR_ARG "--out: missing value". */
 qc_status qc_argp_value(qc_argp *a, const char **val, qc_err *err);
 /* The flag's value as an int in [min, max]. QC_ERR_ARG "--decode: 'x' is not an integer". */
@@ -57,6 +60,8 @@ qc_status qc_argp_int(qc_argp *a, long min, long max, int *out, qc_err *err);
 /* A boolean flag must not carry "=VALUE". */
 qc_status qc_argp_bool(qc_argp *a, qc_err *err);
 /* QC_ERR_ARG "unknown option '--frobnicate'" / "unexpected argument 'x'". */
+/* "unknown option '--goldne' (did you mean '--golden'?)": the nearest of the flags asked
+ * about for this argument, when at most 2 edits away. */
 qc_status qc_argp_unknown(const qc_argp *a, qc_err *err);
 
 /* Parse a whole string as a decimal integer in [min, max]; `what` names it in messages. */

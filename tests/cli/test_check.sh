@@ -36,6 +36,9 @@ grep -q "did you mean 'optimized'" "$TMP/err" && ok "did you mean 'optimized'" \
   || bad "no did-you-mean for 'optimised'"
 expect_rc 2 "check without --golden" -- "$QC" check
 expect_rc 2 "unknown option" -- "$QC" --golden "$ONE" --frobnicate
+expect_rc 2 "a misspelt option" -- "$QC" --goldne "$ONE"
+grep -q "unknown option '--goldne' (did you mean '--golden'?)" "$TMP/err" &&
+  ok "--goldne: did you mean '--golden'" || bad "--goldne: $(cat "$TMP/err")"
 expect_rc 2 "bad --backend" -- "$QC" --golden "$ONE" --backend gpu
 expect_rc 2 "bad --mode" -- "$QC" --golden "$ONE" --mode fast
 expect_rc 2 "bad --shard" -- "$QC" --golden "$ONE" --shard 3/2
