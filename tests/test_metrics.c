@@ -104,6 +104,27 @@ START_TEST(nan_first_location) {
 }
 END_TEST
 
+/* A bit-exact comparison that fails only because both sides hold the same NaN says so. */
+START_TEST(bitwise_nan_only_hint) {
+    uint32_t qnan_bits = 0x7fc00001u;
+    float qn;
+    memcpy(&qn, &qnan_bits, sizeof qn);
+    const float g[4] = {1, qn, 3, 4}, a[4] = {1, qn, 3, 4};
+    qc_tdesc d = desc2(QC_TC_LOGITS, "prefill/logits", 2, 2, 0.0, 0.0);
+    qc_metrics m;
+    qc_metrics_init(&m, 1);
+    qc_metrics_add(&m, &d, a, g);
+    qc_metrics_finish(&m);
+    ck_assert_int_eq((int)m.n_mismatch, 0);
+    ck_assert(!qc_metrics_close(&m));
+    char buf[2048];
+    qc_metrics_summary(&m, buf, sizeof buf);
+    ck_assert_msg(strstr(buf, "Bit-identical, but 1 / 4 values are non-finite (NaN / Inf) in both"),
+                  "%s", buf);
+    ck_assert_ptr_null(strstr(buf, "Mismatched elements"));
+}
+END_TEST
+
 START_TEST(torch_style_summary) {
     /* 4 elements, one off by 0.5 at (1, 0) with atol 0.001 rtol 0 */
     const float g[4] = {1, 2, 3, 4};
@@ -260,6 +281,7 @@ int main(void) {
     tcase_add_test(t, zero_elements_fail);
     tcase_add_test(t, nan_first_location);
     tcase_add_test(t, torch_style_summary);
+    tcase_add_test(t, bitwise_nan_only_hint);
     tcase_add_test(t, bitwise_mode);
     tcase_add_test(t, kl_and_top1);
     tcase_add_test(t, meanings);

@@ -331,8 +331,12 @@ void qc_metrics_summary(const qc_metrics *m, char *buf, size_t len) {
         return;
     }
     double pct = 100.0 * (double)m->n_mismatch / (double)m->n;
-    APPEND("Mismatched elements%s: %zu / %zu (%.1f%%)", m->bitwise ? " (bitwise)" : "",
-           m->n_mismatch, m->n, pct);
+    if (m->n_mismatch == 0 && m->n_nonfinite > 0) /* e.g. NaN in both runs, bit for bit */
+        APPEND("Bit-identical, but %zu / %zu values are non-finite (NaN / Inf) in both: the "
+               "comparison is exact, the computation itself produced them", m->n_nonfinite, m->n);
+    else
+        APPEND("Mismatched elements%s: %zu / %zu (%.1f%%)", m->bitwise ? " (bitwise)" : "",
+               m->n_mismatch, m->n, pct);
     if (m->first_nonfinite.valid) {
         qc_loc_str(&m->first_nonfinite, where, sizeof where);
         APPEND("\nFirst non-finite actual value: %g at %s", (double)m->first_nonfinite.actual,
