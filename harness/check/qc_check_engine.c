@@ -759,8 +759,7 @@ int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
         return QC_EXIT_ERROR;
     }
     if (n == 0) {
-        fprintf(stderr, "qwen-conform: no golden files (*.h5) under %s: nothing to check\n",
-                o->golden);
+        fprintf(stderr, "qwen-conform: no golden files (*.h5) under %s: nothing to check\n", o->golden);
         qc_golden_paths_free(paths, n);
         return QC_EXIT_NOTHING;
     }
@@ -782,9 +781,10 @@ int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
     long counter = 0;
     for (int i = 0; i < n; i++) {
         if (!o->list && ck_stop_now(&c)) break; /* --maxfail */
-        if (!o->quiet && !o->list) fprintf(stderr, "[file %d/%d] %s\n", i + 1, n, paths[i]);
+        if (!o->list) qc_report_console_progress(stderr, i, n, paths, ck_wall() - t0, o->quiet);
         check_file(&c, paths[i], &counter);
     }
+    if (!o->list) qc_report_console_progress(stderr, n, n, paths, ck_wall() - t0, o->quiet);
     qc_golden_paths_free(paths, n);
     qc_server_close(c.srv);
     res->seconds = ck_wall() - t0;

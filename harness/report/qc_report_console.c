@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define W_CASE 30
 #define W_MODE 7
@@ -29,6 +30,31 @@ void qc_report_console_header(FILE *f) {
 }
 
 void qc_report_console_header_lazy(void) { header_pending = 1; }
+
+void qc_report_console_progress(FILE *f, int i, int n, char *const *paths, double elapsed,
+                                int quiet) {
+    const char *path = i < n ? paths[i] : NULL;
+    if (!isatty(fileno(f))) { /* a log: one line per file (none with --quiet) */
+        if (!quiet && path) fprintf(f, "[file %d/%d] %s\n", i + 1, n, path);
+        return;
+    }
+    if (!path) { /* the end: clear the line */
+        fprintf(f, "\r\033[K");
+        fflush(f);
+        return;
+    }
+    const char *base = strrchr(path, '/'); /* show "stem/file": the last two components */
+    if (base) {
+        const char *p = base;
+        while (p > path && p[-1] != '/') p--;
+        base = p > path ? p - 1 : NULL;
+    }
+    char eta[48] = "";
+    if (i > 0) snprintf(eta, sizeof eta, ", ETA %.0f s", elapsed / i * (n - i));
+    fprintf(f, "\r\033[Kcheck: file %d/%d %.60s, %.0f s%s", i + 1, n, base ? base + 1 : path,
+            elapsed, eta);
+    fflush(f);
+}
 
 void qc_report_console_row(FILE *f, const qc_check_row *row, int quiet) {
     if (quiet && (row->verdict == QC_VERDICT_PASS || row->verdict == QC_VERDICT_SKIP)) return;

@@ -11,6 +11,11 @@
 void qc_report_console_header(FILE *f);
 /* The header printed by the first row that is printed (--quiet: no header above nothing). */
 void qc_report_console_header_lazy(void);
+/* Progress before golden file paths[i] of n (i == n: the end): on a terminal one line
+ * rewritten in place (file, elapsed, ETA) and cleared at the end; otherwise "[file i/n] path"
+ * lines, none with quiet. */
+void qc_report_console_progress(FILE *f, int i, int n, char *const *paths, double elapsed,
+                                int quiet);
 /* The BACKEND column as wide as the longest of the run's backend names (9 to 40; NULLs skipped),
  * so that `exec:my_adapter.py` does not push the columns after it out of line. */
 void qc_report_console_fit(const char *const *backends, int n);

@@ -162,6 +162,17 @@ tail -1 "$TMP/out" | grep -q "^0 passed, 0 failed, 0 skipped$" &&
 grep -q "KEY NUMBERS" "$TMP/out" && bad "nothing selected: a column header above no row" ||
   ok "nothing selected: no column header"
 
+# ---- console: a progress line on a terminal only ----------------------------------------------
+if command -v script > /dev/null 2>&1; then
+  script -qc "'$QC' --golden '$ONE' --filter '/len001/reference/dynamic\$' --quiet" /dev/null \
+    > "$TMP/tty.out" 2>&1
+  grep -q "check: file 1/1 tiny-f32-tied-flat/golden.h5" "$TMP/tty.out" &&
+    ok "a terminal: the progress line (file, elapsed)" || bad "a terminal: no progress line: $(head -c 300 "$TMP/tty.out")"
+fi
+"$QC" --golden "$ONE" --filter '/len001/reference/dynamic$' --quiet > /dev/null 2> "$TMP/err"
+grep -q "check: file" "$TMP/err" && bad "not a terminal: a progress line" ||
+  ok "not a terminal: no progress line"
+
 # ---- console: the BACKEND column fits a long runtime name -----------------------------------
 expect_rc 0 "an exec runtime's rows" -- "$QC" --golden "$ONE" --filter '/len001/' --mode static \
   --backend "exec:/usr/bin/python3 $SRC/tests/adapters/minimal_adapter.py"
