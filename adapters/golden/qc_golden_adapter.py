@@ -16,7 +16,8 @@ keeps the computation in float32:
     call runs with chunk_size != 64 the module attribute is swapped for a partial (restored).
 Capabilities: hidden, state_read (canonical layouts; KV caches zero-padded to n_pos),
 state_fill, dn_kernel ("chunked"/"chunk", "recurrent"; default "auto" = the golden's HF
-schedule), chunk_size. One torch thread (bit-reproducible results).
+schedule; multi-token calls only: a one-token call always runs the recurrence), chunk_size.
+One torch thread (bit-reproducible results).
 """
 import contextlib
 import functools
@@ -85,9 +86,12 @@ class GoldenF32(Runtime):
         self.last_hidden = None
 
     def _run(self, tokens):
-        """One model call on self.cache: (logits [n, V], hidden [L+1, n, H]) float32 tensors."""
+        """One model call on self.cache: (logits [n, V], hidden [L+1, n, H]) float32 tensors.
+        dn_kernel concerns multi-token calls only (docs/adapter-protocol.md): a one-token call
+        (decode, static prefill) always runs the token recurrence."""
+        kernel = self.kernel if len(tokens) > 1 else "recurrent"
         with float32_calls(self.chunk):
-            return self.model.forward(tokens, self.cache, self.kernel, collect_hidden=True)
+            return self.model.forward(tokens, self.cache, kernel, collect_hidden=True)
 
     def forward(self, tokens, start_pos):
         if start_pos == 0 and self.cache.pos != 0:

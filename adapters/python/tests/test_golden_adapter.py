@@ -243,3 +243,21 @@ def test_kv_slots_written_shows_garbage_past_the_end():
     assert np.all(s["layer_03/k_cache"][:, 3:] == 0.25)
     assert np.array_equal(s["layer_03/v_cache"][:, :3], rt.state(3)["layer_03/v_cache"])
     assert np.all(rt.state(3)["layer_03/k_cache"] != 0.25)
+
+
+def test_dn_kernel_concerns_multi_token_calls_only():
+    """A one-token call runs the token recurrence whatever dn_kernel says (docs/adapter-protocol.md):
+    prefill 5 tokens, then decode 3 one at a time, under dn_kernel chunked and recurrent. The
+    one-token calls are bit-identical between the two settings once the states they start from
+    are (the same 5-token prefill run recurrently in both)."""
+    toks = [3, 1, 4, 1, 5]
+    out = {}
+    for kernel in ("chunked", "recurrent"):
+        rt = adapter("tiny-f32-tied-flat")
+        rt.set_option("dn_kernel", "recurrent")
+        rt.reset()
+        rt.forward(np.array(toks, np.int32), 0)
+        rt.set_option("dn_kernel", kernel)  # only one-token calls follow
+        out[kernel] = [rt.forward(np.array([t], np.int32), 5 + i).copy() for i, t in enumerate((9, 2, 6))]
+    for a, b in zip(out["chunked"], out["recurrent"]):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
