@@ -1,6 +1,7 @@
-"""The README's offline-checking example, run verbatim, and golden.read on export-inputs JSON.
+"""The documented offline-checking example, run verbatim, and golden.read on export-inputs JSON.
 
-The code block under "### Offline checking" in README.md is extracted and executed as it
+The code block under "## Offline checking" in docs/runtimes.md (where the README's details
+live; the README links to it) is extracted and executed as it
 stands in a temporary directory holding `inputs/` (qwen-conform export-inputs of the small
 fixture); the ACTUAL it writes must pass `qwen-conform diff` with exit 0. The JSON reader must
 give the same cases as the HDF5 reader on every fixture, without importing h5py.
@@ -32,11 +33,14 @@ def _export(src, out):
     return out
 
 
+DOC = os.path.join(ROOT, "docs", "runtimes.md")
+
+
 def readme_block():
-    """The python code block of the README's "Offline checking" section."""
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    sec = text.split("### Offline checking", 1)
-    assert len(sec) == 2, "README.md has no '### Offline checking' section"
+    """The python code block of the "Offline checking" section of docs/runtimes.md."""
+    text = open(DOC, encoding="utf-8").read()
+    sec = text.split("## Offline checking", 1)
+    assert len(sec) == 2, "docs/runtimes.md has no '## Offline checking' section"
     body = re.split(r"\n#{2,3} ", sec[1], maxsplit=1)[0]
     blocks = re.findall(r"```python\n(.*?)```", body, re.S)
     assert len(blocks) == 1, "expected one python block in the section, found %d" % len(blocks)
@@ -49,7 +53,7 @@ def test_readme_example_runs_and_diff_passes(tmp_path, monkeypatch):
     code = readme_block()
     assert len([l for l in code.splitlines() if l.strip()]) <= 14   # "ten lines" and imports
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md (Offline checking)", "exec"), {"__name__": "readme"})
+    exec(compile(code, "docs/runtimes.md (Offline checking)", "exec"), {"__name__": "readme"})
     assert os.path.isfile(tmp_path / "actual.h5")
     assert not [n for n in os.listdir(tmp_path) if ".tmp." in n]
     p = subprocess.run([QC, "diff", SMALL, str(tmp_path / "actual.h5"), "--quiet"],
