@@ -381,6 +381,7 @@ qc_status qc_record_stream_run(qc_backend *be, qc_model *m, qc_stream_case *case
     if (!s) s = rounds(&R, round, err);
     if (!s) s = playback(&R, err);
     if (!s && opts && opts->resume_dir) qc_resume_remove(opts->resume_dir);
+    if (s && opts && opts->resume_dir) (void)rmdir(opts->resume_dir); /* only if no checkpoint */
     if (stats) {
         stats->passes = R.pass;
         stats->bytes_read = qc_model_bytes_read(m);
