@@ -1,7 +1,8 @@
 """The Runtime base class a user subclasses, and what the helper derives from it.
 
 Capabilities are announced only for the optional methods a subclass overrides: `hidden` ->
-"hidden", `state` -> "state_read", `fill_state` -> "state_fill"; the option names listed in
+"hidden", `state` -> "state_read", `fill_state` -> "state_fill" (also announced, at open, when
+`state` returns writable views of the runtime's buffers: the helper fills them); the option names listed in
 `options_supported` (which needs `set_option` overridden) -> "threads" / "dn_kernel" /
 "chunk_size"; `snapshot` and `restore` (both) -> "snapshot", `select_sequence` -> "sequences",
 `trim` -> "trim" (the state lifecycle checks: snapshot_restore, rollback, prefix_reuse,
@@ -27,6 +28,7 @@ class Runtime:
     max_context_len = 0              # 0 = no limit
     options_supported = ()           # subset of OPTION_NAMES
     hidden_requested = False         # set by serve() before each forward: the host wants hidden()
+    auto_fill_state = True           # False: never announce the helper's default fill_state
 
     def open(self, model_dir, options):
         """Load the model. options: {key: value string} from the --backend text. Return
@@ -57,13 +59,18 @@ class Runtime:
         raise Unsupported("hidden states")
 
     def state(self, n_pos):
-        """{"layer_NN/k_cache" | v_cache: [nkv, n_pos, hd], "layer_NN/conv_state": [C, K],
-        "layer_NN/recurrent_state": [nv, dk, dv]} for every layer; KV slots beyond the used
-        positions included. Raise Unsupported to refuse n_pos."""
+        """The state buffers of every layer, keyed "layer_NN/k_cache" | "v_cache" | "conv_state"
+        | "recurrent_state" (or nested {"layer_NN": {...}}, or an HF-style cache with the lists
+        key_cache, value_cache, conv_states, recurrent_states). Canonical [nkv, N, hd], [C, K],
+        [nv, dk, dv] or HF's batch-1 [1, ...] layouts; a KV cache may hold only the N positions
+        filled so far: the helper pads it with zeros to n_pos (state.py). Return views of your
+        own buffers (writable numpy arrays, CPU torch tensors) and the helper provides
+        fill_state too. Raise Unsupported to refuse n_pos."""
         raise Unsupported("state read")
 
     def fill_state(self, value):
-        """Every element of every state buffer := value (NaN in garbage_reset); position kept."""
+        """Every element of every state buffer := value (NaN in garbage_reset); position kept.
+        Not needed when state() returns writable views (see auto_fill_state)."""
         raise Unsupported("state fill")
 
     def set_option(self, key, value):

@@ -13,8 +13,8 @@ import traceback
 
 import numpy as np
 
-from . import framing, modelcfg
-from .runtime import Runtime, Unsupported, as_f32, capabilities
+from . import framing, modelcfg, state
+from .runtime import Runtime, Unsupported, as_f32, capabilities, overrides
 
 PROTOCOL = "qwen-conform-adapter"
 VERSION = 1
@@ -103,6 +103,7 @@ class _Session:
         self.rt = runtime
         self.shape = None      # modelcfg.ModelShape after open
         self.caps = []
+        self.default_fill = False   # fill_state done by the helper through state()'s views
 
     # ---- handlers: each returns (extra header fields, [(name, array)]) ----------------------
     def op_open(self, h):
@@ -131,11 +132,29 @@ class _Session:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise Refused("Runtime.%s must be an integer >= 0, got %r" % (k, v))
         self.shape, self.caps = shape, caps
+        self.default_fill = self._probe_default_fill()
+        if self.default_fill:
+            caps.insert(caps.index("state_read") + 1, "state_fill")
         info = {"vocab_size": shape.vocab_size, "hidden_size": shape.hidden_size,
                 "n_layers": shape.n_layers, "max_tokens_per_call": self.rt.max_tokens_per_call,
                 "max_context_len": self.rt.max_context_len, "capabilities": caps,
                 "name": str(self.rt.name)}
         return {"info": info}, []
+
+    def _probe_default_fill(self):
+        """True when the helper can provide fill_state: the runtime defines state() but not
+        fill_state, allows it (auto_fill_state), and state() returns writable views of its
+        own buffers (after a reset, the same memory on two calls)."""
+        rt = self.rt
+        if (not getattr(rt, "auto_fill_state", True) or "state_read" not in self.caps or
+                "state_fill" in self.caps or overrides(rt, "fill_state") or
+                self.shape.state_shapes(0) is None):
+            return False
+        try:
+            rt.reset()
+        except Exception:   # noqa: BLE001 - the host's own reset will report it
+            return False
+        return state.writable_views(rt, self.shape, rt.max_context_len) is not None
 
     def op_reset(self, h):
         self.rt.reset()
@@ -201,27 +220,20 @@ class _Session:
 
     def op_get_state(self, h):
         n_pos = _int(h, "n_pos")
-        got = self.rt.state(n_pos)
-        if not isinstance(got, dict):
-            raise Refused("state() must return a dict, got %s" % type(got).__name__)
-        want = self.shape.state_shapes(n_pos)
-        if want is None:   # config without the state dims: send what the runtime gave
-            return {}, [(k, as_f32(got[k], k)) for k in sorted(got)]
-        extra = sorted(set(got) - {name for name, _ in want})
-        if extra:
-            raise Refused("state() returned an unknown buffer %s" % extra[0])
-        out = []
-        for name, shape in want:
-            if name not in got:
-                raise Refused("state() lacks %s" % name)
-            a = as_f32(got[name], name)
-            if a.shape != shape:
-                raise Refused("state() %s has shape %s, expected %s" % (name, a.shape, shape))
-            out.append((name, a))
-        return {}, out
+        try:   # flat, nested or HF-style; HF layouts converted, KV caches padded to n_pos
+            return {}, state.normalise(self.rt.state(n_pos), self.shape, n_pos)
+        except state.StateError as e:
+            raise Refused(str(e))
 
     def op_fill_state(self, h):
-        self.rt.fill_state(_fill_value(h.get("value")))
+        value = _fill_value(h.get("value"))
+        if self.default_fill:   # the runtime's own arrays, seen through state()
+            try:
+                state.fill(self.rt, self.shape, self.rt.max_context_len, value)
+            except state.StateError as e:
+                raise Refused(str(e))
+        else:
+            self.rt.fill_state(value)
         return {}, []
 
     def op_set_option(self, h):

@@ -280,7 +280,7 @@ def test_hidden_and_state_validated(toy_model_dir):
     class WrongState(ToyFull):
         def state(self, n_pos):
             s = super().state(n_pos)
-            s["layer_01/k_cache"] = s["layer_01/k_cache"][:, :-1]
+            s["layer_01/k_cache"] = s["layer_01/k_cache"][:, :, :-1]   # head_dim 1, not 2
             return s
 
     class MissingState(ToyFull):
@@ -293,7 +293,8 @@ def test_hidden_and_state_validated(toy_model_dir):
     _, f = converse(WrongHidden(), opened(toy_model_dir, fwd))
     assert "hidden() returned shape (2, 2, 4), expected (3, 2, 4)" in f[3][0]["message"]
     _, f = converse(WrongState(), opened(toy_model_dir, {"op": "get_state", "n_pos": 5}))
-    assert "layer_01/k_cache has shape (1, 4, 2), expected (1, 5, 2)" in f[3][0]["message"]
+    assert ("layer_01/k_cache has shape [1, 5, 1], fits no layout: expected [1, N, 2] "
+            "(canonical) or [1, 1, N, 2] (HF, batch 1)") in f[3][0]["message"]
     _, f = converse(MissingState(), opened(toy_model_dir, {"op": "get_state", "n_pos": 5}))
     assert "lacks layer_00/conv_state" in f[3][0]["message"]
 
