@@ -29,6 +29,7 @@ int qc_cmd_check(int argc, char **argv) {
     const char *prog = "qwen-conform check";
     qc_check_opts o;
     ckcli_opts_init(&o);
+    o.quiet = QC_QUIET_DEFAULT; /* check's console: failures, grouped skips, verdict, summary */
     check_cli x;
     ckcli_check_cli_init(&x);
     int rc = ckcli_parse_common(argc, argv, prog, &o, NULL, NULL, NULL, NULL, &x);
@@ -94,6 +95,7 @@ int qc_cmd_check(int argc, char **argv) {
         res.exit_code = rc;
         res.stopped_early = o.stopped;
         res.maxfail = o.maxfail;
+        if (rc == QC_EXIT_NOTHING && !x.rerun) ckcli_filter_hint(&o);
         if (rc == QC_EXIT_NOTHING && x.rerun)
             fprintf(stderr, "qwen-conform: --rerun-failed %s: none of its combinations is among "
                     "the goldens of this run (--golden %s)\n", x.rerun, o.golden);

@@ -23,6 +23,9 @@
 
 enum { QC_BACKEND_REF = 1, QC_BACKEND_OPT = 2, QC_BACKEND_EXT = 4 };
 
+/* qc_check_opts.quiet: how much the console shows (the reports always hold every row). */
+enum { QC_QUIET_VERBOSE = 0, QC_QUIET_DEFAULT = 1, QC_QUIET_ALL = 2 };
+
 /* Test-only faults (hidden CLI flag --inject-fault). */
 typedef struct {
     int norm_no_offset;     /* 0 none; 1: (1 + w) norms applied as w */
@@ -52,11 +55,14 @@ typedef struct {
     const char *junit_path;   /* --junit F */
     const char *dump_dir;     /* --dump-actual DIR */
     int list;                 /* --list: print ids, run nothing */
-    int quiet;                /* --quiet: only failures + summary */
+    int quiet;                /* console: QC_QUIET_VERBOSE (-v: every row, per-case lines),
+                               * QC_QUIET_DEFAULT (failures, notes, summary), QC_QUIET_ALL
+                               * (--quiet: no notes either); 0 unless the command sets it */
     int no_hash_check;        /* --no-hash-check */
     const char *max_memory;   /* --max-memory SIZE (NULL: the machine's available memory) */
     int has_filter;           /* --filter given */
     regex_t filter;           /* compiled --filter (POSIX extended) */
+    const char *filter_src;   /* --filter's text (argv) */
     int shard_i, shard_n;     /* --shard i/n (1-based i); n = 0: no sharding */
     int threads;              /* optimized backend threads for the main runs (default 2) */
     qc_check_faults faults;   /* test-only */

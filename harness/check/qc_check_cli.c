@@ -79,7 +79,10 @@ static const char check_usage[] =
     "  --no-hash-check       do not fail when the model's SHA-256 differs from the golden's\n"
     "  --max-memory SIZE     refuse (exit 2) when the planned memory exceeds SIZE (e.g. 8G;\n"
     "                        default: the machine's available memory)\n"
-    "  --quiet               print only failures and the summary\n"
+    "  -v, --verbose         print every row (PASS and SKIP too) and a line per case; by\n"
+    "                        default the console shows the failures, the skips grouped by\n"
+    "                        reason, each runtime's verdict and the summary\n"
+    "  --quiet               as the default, without the informational notes on stderr\n"
     "  --model DIR           check every golden against the model in DIR instead of its\n"
     "                        model_path (a golden copied away from its model)\n"
     "  --atol CLASS=V, --rtol CLASS=V   replace the policy's default atol / rtol of a class\n"
@@ -312,13 +315,17 @@ int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o
                     st = qc_errf(&err, QC_ERR_ARG, "--filter: bad regex '%s': %s", v, m);
                 } else {
                     o->has_filter = 1;
+                    o->filter_src = v;
                 }
             }
         } else if (qc_argp_is(&a, "--threads")) {
             st = qc_argp_int(&a, 1, 1024, &o->threads, &err);
         } else if (qc_argp_is(&a, "--quiet") || qc_argp_is(&a, "-q")) {
             st = qc_argp_bool(&a, &err);
-            o->quiet = 1;
+            o->quiet = QC_QUIET_ALL;
+        } else if (qc_argp_is(&a, "--verbose") || qc_argp_is(&a, "-v")) {
+            st = qc_argp_bool(&a, &err);
+            o->quiet = QC_QUIET_VERBOSE;
         } else if (qc_argp_is(&a, "--no-hash-check")) {
             st = qc_argp_bool(&a, &err);
             o->no_hash_check = 1;
@@ -468,4 +475,28 @@ int ckcli_write_html(const char *prog, const char *path, const qc_results *res, 
         rc = qc_exit_precedence(rc, QC_EXIT_ERROR);
     }
     return rc;
+}
+
+/* The check names a --filter might be mistaken for (it selects <stem>/<case>/<backend>/<mode>). */
+static const char *const CHECK_WORDS[] = {
+    "prefill.", "decode.", "logits", "hidden", "k_cache", "v_cache", "conv_state",
+    "recurrent_state", "argmax", "static_eq_dynamic", "chunked_eq_recurrent", "chunk_sweep",
+    "garbage_reset", "restore_after_garbage", "unused_slots", "threads_bitwise", "opt_eq_ref",
+    "model_hash", "snapshot_restore", "snapshot_copy", "rollback", "prefix_reuse",
+    "multi_sequence", "batch_invariance", "router_topk", "long_decode_drift", "topk.",
+};
+
+void ckcli_filter_hint(const qc_check_opts *o) {
+    if (!o->has_filter || !o->filter_src) return;
+    fprintf(stderr, "qwen-conform: --filter '%s' matched none of the <stem>/<case>/<backend>/<mode> "
+                    "ids (e.g. tiny-f32-tied-flat/len005/reference/dynamic; `check --list` prints "
+                    "them)\n", o->filter_src);
+    for (size_t i = 0; i < sizeof CHECK_WORDS / sizeof *CHECK_WORDS; i++)
+        if (strstr(o->filter_src, CHECK_WORDS[i])) {
+            fprintf(stderr, "qwen-conform: '%s' names a check (%s): --filter selects cases, "
+                            "backends and modes, not checks; every check of a selected case "
+                            "runs (read one check's rows with grep or in the JSON report)\n",
+                    o->filter_src, CHECK_WORDS[i]);
+            break;
+        }
 }

@@ -78,4 +78,8 @@ qc_status ckcli_rerun_load(const char *path, rerun_set *rs, qc_err *err);
 void ckcli_policy_scope_warnings(const qc_policy *pol, const char *golden_root,
                                   qc_results *res);
 
+/* After a run that checked nothing under --filter: what --filter matches, and a note when its
+ * text names a check (stderr). */
+void ckcli_filter_hint(const qc_check_opts *o);
+
 #endif /* QC_CHECK_CLI_H */

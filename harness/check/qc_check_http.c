@@ -218,7 +218,7 @@ int ck_http_open(ctx *c) {
         fprintf(stderr, "qwen-conform: %s\n", err.msg);
         return -1;
     }
-    if (!o->quiet) fprintf(stderr, "qwen-conform: %s: %s\n", o->ext.name,
+    if (o->quiet < QC_QUIET_ALL) fprintf(stderr, "qwen-conform: %s: %s\n", o->ext.name,
                            qc_server_describe(c->srv));
     return 0;
 }

@@ -114,7 +114,7 @@ void ck_create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const q
         bs->be[bi] = NULL;
         if (c->o->backends & (1 << bi))
             ck_emit_simple(c, "_model", bname, "-", "create", ck_failed_run_verdict(s), err.msg, NULL);
-        else if (!c->o->quiet)
+        else if (c->o->quiet < QC_QUIET_ALL)
             fprintf(stderr, "qwen-conform: %s backend not available (%s); checking the others\n",
                     bname, err.msg);
         return;
@@ -187,7 +187,7 @@ void ck_dump_actual(ctx *c, const qc_golden *g, qc_golden_case *cases, int n, co
         char k[sizeof err.msg + 32];
         snprintf(k, sizeof k, "--dump-actual: %s", err.msg);
         ck_emit_simple(c, "_model", "-", "-", "dump_actual", QC_VERDICT_ERROR, k, NULL);
-    } else if (!c->o->quiet)
+    } else if (c->o->quiet < QC_QUIET_ALL)
         fprintf(stderr, "qwen-conform: wrote actual tensors to %s\n", path);
     free(d);
 }

@@ -132,6 +132,27 @@ int qc_verdicts_below(const qc_verdicts *v, double min_pct) {
     return 0;
 }
 
+/* the console's unlock table: its largest rows (a sixth row becomes the "+ N more" line) */
+#define VERDICT_TABLE_ROWS 4
+
+/* the largest unlocks as a table, the rest in one line (all in the JSON "coverage"), then the
+ * --require line */
+static void unlock_table(FILE *f, const qc_rt_verdict *x, const char *req) {
+    int rows = x->n_caps <= VERDICT_TABLE_ROWS + 1 ? x->n_caps : VERDICT_TABLE_ROWS;
+    for (int c = 0; c < rows; c++)
+        fprintf(f, "  + %-11s %5d checks: %s\n", x->caps[c].name, x->caps[c].n,
+                qc_capability_gives(x->caps[c].name));
+    if (rows < x->n_caps) {
+        fprintf(f, "  + %d more:", x->n_caps - rows);
+        for (int c = rows; c < x->n_caps; c++)
+            fprintf(f, "%s %s %d", c > rows ? "," : "", x->caps[c].name, x->caps[c].n);
+        fprintf(f, " checks (what each gives: the JSON report's \"coverage\", --html)\n");
+    }
+    if (req[0])
+        fprintf(f, "  CI can insist: --require %s (a missing capability FAILS), or "
+                   "--min-coverage PCT\n", req);
+}
+
 void qc_report_verdict_console(FILE *f, const qc_verdicts *v) {
     for (int i = 0; i < v->n; i++) {
         const qc_rt_verdict *x = &v->v[i];
@@ -146,15 +167,20 @@ void qc_report_verdict_console(FILE *f, const qc_verdicts *v) {
             fprintf(f, "; coverage 100 %%\n");
         char req[256] = "";
         for (int c = 0; c < x->n_caps; c++) {
-            fprintf(f, "  + %-11s %5d checks: %s\n", x->caps[c].name, x->caps[c].n,
-                    qc_capability_gives(x->caps[c].name));
             size_t o = strlen(req);
             if (strcmp(x->caps[c].name, "topk_only")) /* not a capability one can require */
                 snprintf(req + o, sizeof req - o, "%s%s", o ? "," : "", x->caps[c].name);
         }
-        if (req[0])
-            fprintf(f, "  CI can insist: --require %s (a missing capability FAILS), or "
-                       "--min-coverage PCT\n", req);
+        if (!strcmp(x->verdict, "FAIL")) { /* the causes matter first: the unlocks in one line */
+            if (x->n_caps) {
+                fprintf(f, "  not run (capabilities not announced):");
+                for (int c = 0; c < x->n_caps; c++)
+                    fprintf(f, "%s %s %d", c ? "," : "", x->caps[c].name, x->caps[c].n);
+                fprintf(f, "\n");
+            }
+        } else {
+            unlock_table(f, x, req);
+        }
         for (int s = 0; s < x->n_reasons; s++)
             fprintf(f, "  skipped %d: %s\n", x->reason_n[s], x->reasons[s]);
     }

@@ -33,7 +33,7 @@ bad() { echo "FAIL - $*"; fails=$((fails + 1)); }
 # run LABEL RC-EXPECTED args... -> $TMP/LABEL.{out,json}
 run() {
   local label="$1" want="$2"; shift 2
-  "$QC" check --policy "$POL" --quiet --json "$TMP/$label.json" "$@" >"$TMP/$label.out" 2>&1
+  "$QC" check --policy "$POL" --json "$TMP/$label.json" "$@" >"$TMP/$label.out" 2>&1
   local rc=$?
   if [ "$rc" -eq "$want" ]; then ok "$label: exit $rc"; else
     bad "$label: exit $rc, expected $want"; tail -n 15 "$TMP/$label.out"; fi
@@ -42,6 +42,16 @@ run() {
 line() {
   if grep -E '^  - \[[0-9]+ rows?\] ' "$TMP/$1.out" | grep -qF -- "$2"; then ok "$1: $3"; else
     bad "$1: $3 (no cause line with '$2')"; sed -n '/^likely causes/,/^$/p' "$TMP/$1.out"; fi
+}
+# summary LABEL: the default console's summary (from the first "verdict" line to the end: the
+# verdict, the unlocks, the causes, the counts) holds at most 10 lines, and no PASS / SKIP row is
+# printed anywhere
+summary() {
+  local n
+  n=$(sed -n '/^verdict /,$p' "$TMP/$1.out" | wc -l)
+  if [ "$n" -ge 3 ] && [ "$n" -le 10 ] && ! grep -qE '^[^ ]+ +[^ ]+ +[a-z-]+ +[a-z_.]+ +(PASS|SKIP) ' "$TMP/$1.out"
+  then ok "$1: the console summary is $n lines (<= 10), no PASS / SKIP rows"; else
+    bad "$1: the console summary is $n lines"; sed -n '/^verdict /,$p' "$TMP/$1.out"; fi
 }
 # causes LABEL DESCRIPTION <<'PY' ... : python over d (the report), cs (its causes), fail (the
 # indices of the FAIL / ERROR rows); an AssertionError fails the test
@@ -78,6 +88,7 @@ if [ $have_torch -eq 1 ]; then
     label="${m%%:*}"
     run "$label" 1 --golden "$ONE" --filter '/len00[25]/' --backend "exec:${m#*:}"
     line "$label" "state not reset between sequences: garbage_reset fails" "the cause names garbage_reset and the state"
+    summary "$label"
     causes "$label" "one cause explains (nearly) every failing row, and names no layer" <<'PY'
 top = cs[0]
 assert top["rule"] == "state_not_reset", top
@@ -96,6 +107,7 @@ PY
   run mlp-l2 1 --golden "$ONE" --filter '/len00[25]/' --backend "exec:$CM mlp-l2"
   line mlp-l2 "layer 2 (mixer or MLP: the hidden states cannot tell; a 'moe_in'-style mixer-output trace would)" \
     "names layer 2, not claiming the MLP"
+  summary mlp-l2
   causes mlp-l2 "one cause, layer 2, no block" <<'PY'
 assert len(cs) == 1, [c["cause"] for c in cs]
 c = cs[0]
@@ -116,6 +128,7 @@ PY
   # ---- (c) the same bug through the logits only --------------------------------------------
   run mlp-l2-logits 1 --golden "$ONE" --filter '/len00[25]/' --backend "exec:$CM mlp-l2-logits"
   line mlp-l2-logits "no layer named: announce \`hidden\` to localise" "logits only: the hint"
+  summary mlp-l2-logits
   causes mlp-l2-logits "no layer" <<'PY'
 assert len(cs) == 1, [c["cause"] for c in cs]
 assert cs[0]["layer"] is None and cs[0]["kind"] == "none", cs[0]
@@ -126,6 +139,7 @@ PY
   run decode-drift 1 --golden "$ONE" --filter 'len005/.*/dynamic' --backend "exec:$MU decode-drift"
   line decode-drift "decode only, from step 1 (" "decode only, from step 1"
   line decode-drift "layer 0 at decode step 1" "layer 0 at the first failing step"
+  summary decode-drift
   line decode-drift "its recurrent_state diverges while its input (hidden[0]) agrees" "layer 0's recurrent state"
   causes decode-drift "rule decode_only, step 1, layer 0, the mixer" <<'PY'
 assert len(cs) == 1, [c["cause"] for c in cs]

@@ -84,7 +84,7 @@ if [ -s "$TMP/s1" ] && [ -s "$TMP/s2" ] && [ -z "$(comm -12 <(sort "$TMP/s1") <(
 
 # ---- a small real run with every report ---------------------------------------------------------
 expect_rc 0 "real run (len001, len005; all backends and modes)" -- \
-  "$QC" --golden "$ONE" --filter '/len00[15]/' --json "$TMP/r.json" --junit "$TMP/r.xml"
+  "$QC" -v --golden "$ONE" --filter '/len00[15]/' --json "$TMP/r.json" --junit "$TMP/r.xml"
 last=$(tail -n 1 "$TMP/out")
 if echo "$last" | grep -qE '^[0-9]+ passed, 0 failed(, [0-9]+ skipped)?$'; then ok "summary line: $last"; else bad "summary line: '$last'"; fi
 [ "$(grep -cE '^[0-9]+ passed, [0-9]+ failed' "$TMP/out")" -eq 1 ] && ok "one summary line" || bad "more than one summary line"
@@ -138,6 +138,23 @@ expect_rc 1 "zero tolerance fails" -- "$QC" --golden "$ONE" --policy "$TMP/stric
   --filter '/len001/reference/dynamic$' --quiet
 grep -q "Mismatched elements:" "$TMP/out" && ok "torch-style summary printed" || bad "no torch-style summary"
 grep -q " PASS " "$TMP/out" && bad "--quiet printed PASS rows" || ok "--quiet hides PASS rows"
+# a --filter that names a check selects nothing: exit 3, and it says what --filter selects
+expect_rc 3 "--filter with a check name" -- "$QC" check --golden "$ONE" --filter garbage_reset
+grep -q "names a check (garbage_reset): --filter selects cases, backends and modes" "$TMP/err" \
+  && grep -q "^0 passed, 0 failed, 0 skipped" "$TMP/out" && ok "--filter garbage_reset: the hint and the summary" \
+  || bad "--filter garbage_reset: no hint: $(cat "$TMP/err")"
+# the default console: the failing rows, no PASS / SKIP row, the verdict and the summary; -v: every row
+expect_rc 1 "default console" -- "$QC" check --golden "$ONE" --policy "$TMP/strict.json" \
+  --filter '/len00[15]/reference/dynamic$'
+grep -qE " (PASS|SKIP) " "$TMP/out" && bad "the default console printed PASS / SKIP rows" \
+  || ok "the default console hides PASS and SKIP rows"
+grep -qE "^tiny-f32-tied-flat/len001 +reference +dynamic +prefill.logits +FAIL" "$TMP/out" \
+  && grep -q "^verdict reference: FAIL" "$TMP/out" && grep -qE "^[0-9]+ passed, [1-9][0-9]* failed" "$TMP/out" \
+  && ok "the default console: the FAIL row, the verdict, the summary" || bad "default console: $(tail -3 "$TMP/out")"
+expect_rc 1 "-v console" -- "$QC" check -v --golden "$ONE" --policy "$TMP/strict.json" \
+  --filter '/len00[15]/reference/dynamic$'
+grep -q " PASS " "$TMP/out" && grep -q " FAIL " "$TMP/out" && grep -q "case len005 done" "$TMP/err" \
+  && ok "-v prints every row and a line per case" || bad "-v: no PASS rows / case lines"
 # an override with a reason relaxes exactly what it names
 cat > "$TMP/ovr.json" <<'EOF'
 {"schema_version": 1, "defaults": {
@@ -174,7 +191,7 @@ grep -q "check: file" "$TMP/err" && bad "not a terminal: a progress line" ||
   ok "not a terminal: no progress line"
 
 # ---- console: the BACKEND column fits a long runtime name -----------------------------------
-expect_rc 0 "an exec runtime's rows" -- "$QC" --golden "$ONE" --filter '/len001/' --mode static \
+expect_rc 0 "an exec runtime's rows" -- "$QC" -v --golden "$ONE" --filter '/len001/' --mode static \
   --backend "exec:/usr/bin/python3 $SRC/tests/adapters/minimal_adapter.py"
 /usr/bin/python3 - "$TMP/out" <<'EOF' && ok "exec:minimal_adapter.py rows keep the MODE column in line" || bad "the MODE column moved: $(grep -m2 'exec:' "$TMP/out")"
 import sys

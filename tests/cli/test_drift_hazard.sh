@@ -41,7 +41,7 @@ pycheck() {
 }
 
 # ---- long decode, float32: passes, curves in the JSON ---------------------------------------
-run 0 "long decode (reference, static + dynamic) passes" --golden "$LD" --policy "$POL" \
+run 0 "long decode (reference, static + dynamic) passes" -v --golden "$LD" --policy "$POL" \
     --filter "/reference/(static|dynamic)$" --json "$TMP/ld.json"
 has "decode2k +reference static +long_decode_drift +PASS +2048 steps: logits max [0-9.e-]+, states max [0-9.e-]+ at 23 traced steps; never over tolerance" \
     "static long_decode_drift PASS with 2048 steps and 23 traced states"
@@ -66,11 +66,11 @@ for x in rows:
     assert max(cv["decode/logits"]["max_abs"]) > 1e-7
     assert max(max(c["max_abs"]) for c in states) > 1e-8
 EOF
-run 0 "nokv row listed as SKIP" --golden "$LD" --policy "$POL" --filter "/reference/nokv$"
+run 0 "nokv row listed as SKIP" -v --golden "$LD" --policy "$POL" --filter "/reference/nokv$"
 has "decode2k +reference nokv +run +SKIP +a long decode: nokv recomputes" "nokv SKIP reason"
 
 # ---- long decode, the recurrent state in bf16: fails, names the first step ------------------
-run 1 "recurrent-bf16 fault fails long_decode_drift" --golden "$LD" --policy "$POL" \
+run 1 "recurrent-bf16 fault fails long_decode_drift" -v --golden "$LD" --policy "$POL" \
     --filter "/reference/static$" --inject-fault recurrent-bf16 --json "$TMP/bf.json"
 has "decode2k +reference static +long_decode_drift +FAIL +2048 steps: first over tolerance at step 0" \
     "bf16: first step over tolerance named (step 0)"
@@ -102,7 +102,7 @@ grep -q "first over tolerance: step 0" "$TMP/bf.svg" && ok "svg marks the first 
 cp "$TMP/ld.json" "$TMP/ld.keep"
 run 2 "drift-svg refuses to write onto its report" drift-svg "$TMP/ld.json" --out "$TMP/ld.json"
 cmp -s "$TMP/ld.json" "$TMP/ld.keep" && ok "the report is untouched" || bad "the report was modified"
-run 0 "a report without long decodes" --golden "$FIX/tiny-f32-tied-flat" --policy "$POL" \
+run 0 "a report without long decodes" -v --golden "$FIX/tiny-f32-tied-flat" --policy "$POL" \
     --filter "/len001/reference/static$" --json "$TMP/short.json"
 run 2 "drift-svg: no long_decode_drift row is an error naming the file" drift-svg "$TMP/short.json" --out "$TMP/s.svg"
 has "short.json: no long_decode_drift row" "names the report"
@@ -129,7 +129,7 @@ has "long_decode_drift +ERROR .*golden.h5: cases/decode2k/decode/trace/steps: en
     "names the file, the dataset and the entry"
 
 # ---- hazard fixture: both backends, every mode, finite and within tolerance ------------------
-run 0 "hazard fixture passes on both backends in every mode" --golden "$HZ" --policy "$POL" \
+run 0 "hazard fixture passes on both backends in every mode" -v --golden "$HZ" --policy "$POL" \
     --json "$TMP/hz.json"
 pycheck "hazard: every row passed or skipped, no non-finite value, chunked modes checked" "$TMP/hz.json" <<'EOF'
 import json, sys
@@ -146,7 +146,7 @@ assert all(x["message"].startswith("all ") and "values finite" in x["message"] f
 EOF
 
 # ---- the executorch#21417 fault: NaN with its first location, chunked modes only -------------
-run 1 "unguarded-exp fault is caught" --golden "$HZ" --policy "$POL" \
+run 1 "unguarded-exp fault is caught" -v --golden "$HZ" --policy "$POL" \
     --filter "/len065/reference/dynamic$" --inject-fault unguarded-exp
 has "First non-finite actual value: -?nan at prefill/logits \(0, 0\) \[position 0, vocab 0\]" \
     "names the first non-finite value and its location"
@@ -154,7 +154,7 @@ has "First divergent layer: layer 0 \(linear_attention\)" "localised to the firs
 has "len065 +reference dynamic +prefill.recurrent_state +FAIL .*nonfinite" "the state is non-finite too"
 has "len065 +reference dynamic +hazard_finite +FAIL +[0-9]+ of [0-9]+ values not finite; first -?nan at prefill/logits \\(0, 0\\) \\[position 0, vocab 0\\]" \
     "hazard_finite names the first NaN"
-run 0 "unguarded-exp: the token recurrence (static) is not affected" --golden "$HZ" --policy "$POL" \
+run 0 "unguarded-exp: the token recurrence (static) is not affected" -v --golden "$HZ" --policy "$POL" \
     --filter "/len065/reference/static$" --inject-fault unguarded-exp
 
 # ---- through exec: a Python-helper runtime with a bf16 recurrent state -----------------------
@@ -162,10 +162,10 @@ run 0 "unguarded-exp: the token recurrence (static) is not affected" --golden "$
 "$QC" record --model "$LD/model" --tokens 5,17,99,3,42,7,64,1 --decode 256 --out "$TMP/rec.h5" \
     >"$TMP/out" 2>&1 && ok "record a 256-step decode" || { bad "record"; cat "$TMP/out"; }
 MUT="$SRC/tests/adapters/mutant_state_bf16.py"
-run 0 "exec: the float32 golden adapter passes the long decode" --golden "$TMP/rec.h5" \
+run 0 "exec: the float32 golden adapter passes the long decode" -v --golden "$TMP/rec.h5" \
     --model "$LD/model" --backend "exec:$PY $MUT good" --mode static
 has "case0 +exec:mutant_state_bf16.py static +long_decode_drift +PASS +256 steps" "exec good: drift PASS"
-run 1 "exec: a bf16 recurrent state is caught" --golden "$TMP/rec.h5" \
+run 1 "exec: a bf16 recurrent state is caught" -v --golden "$TMP/rec.h5" \
     --model "$LD/model" --backend "exec:$PY $MUT state-bf16" --mode static
 has "case0 +exec:mutant_state_bf16.py static +long_decode_drift +FAIL +256 steps: first over tolerance at step [0-9]+ \\(decode/logits\\)" \
     "exec bf16: drift FAIL names the first step"

@@ -28,7 +28,7 @@ bad() { echo "FAIL - $*"; fails=$((fails + 1)); }
 # run RC-EXPECTED DESCRIPTION args... ; output in $TMP/out (stdout + stderr)
 run() {
   local want="$1" what="$2"; shift 2
-  "$QC" --policy "$POL" "$@" >"$TMP/out" 2>&1
+  "$QC" -v --policy "$POL" "$@" >"$TMP/out" 2>&1
   local rc=$?
   if [ "$rc" -eq "$want" ]; then ok "$what (exit $rc)"; else
     bad "$what: exit $rc, expected $want"; grep -E "FAIL|ERROR|error" "$TMP/out" | head -n 20; fi

@@ -89,7 +89,7 @@ bound "--list CPU" "$cpu" 3 "--list on 2000 cases: ${cpu} s CPU < 3 s (wall ${wa
 bound "--list RSS" "$rss" 102400 "--list on 2000 cases: peak RSS $((rss / 1024)) MB < 100 MB (no tensor read)" \
   "--list on 2000 cases: peak RSS $((rss / 1024)) MB, want < 100 MB"
 
-read -r rc wall cpu rss < <(measure "$TMP/shard.out" "$TMP/shard.err" "$QC" --golden "$TMP/big" \
+read -r rc wall cpu rss < <(measure "$TMP/shard.out" "$TMP/shard.err" "$QC" -v --golden "$TMP/big" \
   --shard 1/200 --max-memory 100M)
 ncase=$(grep -c '^\[big\] case c[0-9]* done' "$TMP/shard.err")
 [ "$rc" = 0 ] && [ "$ncase" = 10 ] && ok "--shard 1/200 --max-memory 100M: exit 0, 10 cases run (${cpu} s CPU, wall ${wall} s)" ||
@@ -111,7 +111,7 @@ mkgolden "$LD/golden.h5" len005 1
 mkdir -p "$LD/sub"
 ln -s .. "$LD/sub/loop"
 ln -s golden.h5 "$LD/alias.h5"
-read -r rc wall cpu rss < <(measure "$TMP/loop.out" "$TMP/loop.err" "$QC" --golden "$LD" \
+read -r rc wall cpu rss < <(measure "$TMP/loop.out" "$TMP/loop.err" "$QC" -v --golden "$LD" \
   --backend reference --mode dynamic)
 [ "$rc" = 0 ] && ok "a symlink loop and an alias under --golden: exit 0 (${wall} s)" ||
   bad "symlink loop: exit $rc: $(grep -m3 'qwen-conform:' "$TMP/loop.err")"
@@ -155,7 +155,7 @@ bound "inspect lying golden time" "$wall" 1 "inspect refused it in ${wall} s" "i
 # ---- a bad value found when a case is loaded: that case errors, the others run ---------------
 mkgolden "$TMP/nan/golden.h5" len005 3 '
 d = f["cases/c0001/prefill/logits"]; a = d[...]; a[2, 7] = np.nan; d[...] = a'
-"$QC" --golden "$TMP/nan" --backend reference --mode dynamic >"$TMP/nan.out" 2>"$TMP/nan.err"
+"$QC" -v --golden "$TMP/nan" --backend reference --mode dynamic >"$TMP/nan.out" 2>"$TMP/nan.err"
 rc=$?
 [ $rc = 2 ] && ok "a NaN in one case: exit 2" || bad "NaN case: exit $rc"
 grep -E "c0001 .*load .*ERROR" "$TMP/nan.out" | grep -qF "/cases/c0001/prefill/logits: NaN at [2,7]" &&

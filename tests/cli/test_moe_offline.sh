@@ -74,7 +74,7 @@ assert np.abs(w.sum(-1) - 1).max() < 1e-5, w
 EOF
   $PY "$VAL" "$TMP/one.h5" >"$TMP/val" 2>&1 && ok "validate.py accepts record's output (no router margins from a C backend)" \
     || bad "validate.py record output: $(grep INVALID "$TMP/val" | head -3)"
-  "$QC" check --golden "$TMP/one.h5" --backend reference --mode static >"$TMP/chk" 2>&1
+  "$QC" check -v --golden "$TMP/one.h5" --backend reference --mode static >"$TMP/chk" 2>&1
   [ $? = 0 ] && grep -q "router_topk *PASS" "$TMP/chk" && ok "the recorded file checks as a golden: router_topk PASS" \
     || bad "check of the recorded file: $(grep -E 'router_topk|passed' "$TMP/chk" | head -3)"
 else

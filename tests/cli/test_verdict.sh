@@ -18,12 +18,19 @@ ok()  { echo "ok   - $*"; }
 bad() { echo "FAIL - $*"; fails=$((fails + 1)); }
 MIN="exec:$PY $SRC/tests/adapters/minimal_adapter.py"
 
-"$QC" check --golden "$G" --quiet --filter '/(len005|len064)/' --backend "$MIN" \
+"$QC" check --golden "$G" --filter '/(len005|len064)/' --backend "$MIN" \
   --json "$TMP/min.json" --junit "$TMP/min.xml" > "$TMP/min.out" 2>&1
 rc=$?
 [ $rc -eq 0 ] && ok "minimal adapter: exit 0 (nothing failed)" || bad "minimal adapter: exit $rc"
 grep -q "^verdict exec:minimal_adapter.py: PARTIAL" "$TMP/min.out" \
   && ok "console: PARTIAL" || bad "console: no PARTIAL line"; 
+# the default console: no row at all (nothing failed), and the summary in at most 10 lines
+n=$(sed -n '/^verdict /,$p' "$TMP/min.out" | wc -l)
+[ "$n" -le 10 ] && [ "$(wc -l < "$TMP/min.out")" -eq "$n" ] \
+  && ok "console: the whole output is the $n-line summary (<= 10)" \
+  || { bad "console: $(wc -l < "$TMP/min.out") lines, summary $n"; cat "$TMP/min.out"; }
+grep -qE "^  \+ [0-9] more: .* checks" "$TMP/min.out" && ok "console: the smaller unlocks in one line" \
+  || bad "console: no '+ N more' line"
 grep -q "+ state_read .* checks: state checks" "$TMP/min.out" \
   && ok "console: state_read's unlock line" || bad "console: no state_read unlock line"
 grep -q "CI can insist: --require state_read" "$TMP/min.out" \
