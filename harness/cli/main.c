@@ -1,7 +1,7 @@
 /* main.c — the `qwen-conform` dispatcher.
  *
  *   qwen-conform [check] --golden DIR|FILE ...   conformance check (the default command)
- *   qwen-conform record | inspect | diff | calibrate | bench | adapter-serve ...
+ *   qwen-conform record | inspect | diff | calibrate | bench | adapter-serve | adapter-init ...
  *   qwen-conform --version | --help
  */
 #include <stdio.h>
@@ -14,6 +14,8 @@
 #include "qc_golden.h"
 
 typedef int (*cmd_fn)(int argc, char **argv);
+
+int qc_cmd_adapter_init(int argc, char **argv); /* qc_cmd_adapter_init.c */
 
 /* Every command: its name, its entry (argv[0] = the command), its synopsis for the usage text
  * (first line after the name; "" continues the previous command's synopsis). */
@@ -35,6 +37,8 @@ static const struct {
     {"adapter-serve", qc_cmd_adapter_serve,
      "adapter-serve PLUGIN.so[,k=v...]  serve a plugin over the adapter\n"
      "                                            protocol on stdin/stdout (isolate:plugin:)"},
+    {"adapter-init", qc_cmd_adapter_init,
+     "adapter-init python|c DIR  write an adapter skeleton that passes out of the box"},
 };
 #define N_COMMANDS ((int)(sizeof COMMANDS / sizeof *COMMANDS))
 
