@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "qc_opt_internal.h"
-#include "qc/qc_optimized_profile.h"
 
 #define QC_ATT_KB 64   /* keys per block (the scratch o->th[].sc holds 64 scores) */
 #define QC_ATT_QMAX 64 /* queries per tile at most (per-query m / sum live on the stack) */
@@ -132,6 +131,6 @@ void qc_opt_attend(qc_opt *o, const float *kc, const float *vc, int max_ctx, int
     if (j.nt * nkv < 2L * o->nthreads) j.hq = 1;
     j.ntiles = j.nt * (nh / j.hq);
     const double work = (double)n * nh * hd * (start_pos + n);
-    QC_OPT_PROF_CLASS(QC_OP_ATTN);
+    QC_OPT_PROF_CLASS(o, QC_OP_ATTN);
     qc_opt_run(o, j.ntiles, QC_OPT_PAR(o, work), tile_item, &j);
 }

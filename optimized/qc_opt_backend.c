@@ -29,7 +29,6 @@
 #include "qc/qc_memplan.h"
 #include "qc/qc_optimized.h"
 #include "qc_opt_internal.h"
-#include "qc/qc_optimized_profile.h"
 
 /* test only (the bench gate's test, tests/cli/test_bench_gate.sh): env QC_TEST_DECODE_SLEEP_US,
  * read at create, sleeps that many microseconds in every single-token forward (a decode step),
@@ -188,7 +187,7 @@ static void norm_item(void *ctx, long r, int tid) {
 static void rmsnorm_rows(qc_opt *o, float *y, const float *x, int rows, int dim, const float *w1p,
                          float eps) {
     norm_job j = {o->k, y, x, dim, w1p, eps};
-    QC_OPT_PROF_CLASS(QC_OP_NORM);
+    QC_OPT_PROF_CLASS(o, QC_OP_NORM);
     qc_opt_run(o, rows, QC_OPT_PAR(o, (double)rows * dim), norm_item, &j);
 }
 
@@ -209,7 +208,7 @@ static void add_item(void *ctx, long it, int tid) {
 
 static void add_rows(qc_opt *o, float *h, const float *u, size_t count) {
     add_job j = {h, u, count};
-    QC_OPT_PROF_CLASS(QC_OP_ELEM);
+    QC_OPT_PROF_CLASS(o, QC_OP_ELEM);
     qc_opt_run(o, (long)((count + ADD_CHUNK - 1) / ADD_CHUNK), QC_OPT_PAR(o, (double)count), add_item, &j);
 }
 
@@ -268,20 +267,20 @@ static void attention(qc_opt *o, int l, int n, int start_pos, qc_state *st) {
     const int qgd = 2 * nh * hd, kvd = nkv * hd;
 
     qc_opt_lin outs[3] = {{&W->q_proj, o->mix, qgd}, {&W->k_proj, o->kb, kvd}, {&W->v_proj, o->vb, kvd}};
-    QC_OPT_PROF_CLASS(QC_OP_PROJ);
+    QC_OPT_PROF_CLASS(o, QC_OP_PROJ);
     qc_opt_linear(o, o->xn, H, n, H, outs, 3);
 
     attn_job j = {.o = o, .L = &o->layers[l], .kc = st->k_cache[l], .vc = st->v_cache[l],
                   .start_pos = start_pos, .max_ctx = st->max_context_len, .nh = nh, .nkv = nkv,
                   .hd = hd, .rd = c->rotary_dim, .grp = nh / nkv, .eps = (float)c->rms_eps,
                   .scale = (float)(1.0 / sqrt((double)hd))};
-    QC_OPT_PROF_CLASS(QC_OP_ATTN);
+    QC_OPT_PROF_CLASS(o, QC_OP_ATTN);
     qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * (nh + 2 * nkv) * hd * 4), qk_item, &j);
     /* the causal softmax, tiled over query blocks and key blocks (qc_opt_attention.c) */
     qc_opt_attend(o, j.kc, j.vc, j.max_ctx, n, start_pos, nh, nkv, hd, j.scale);
 
     qc_opt_lin oo = {&W->o_proj, o->u, H};
-    QC_OPT_PROF_CLASS(QC_OP_PROJ);
+    QC_OPT_PROF_CLASS(o, QC_OP_PROJ);
     qc_opt_linear(o, o->ob, (long)nh * hd, n, nh * hd, &oo, 1);
 }
 
@@ -305,13 +304,13 @@ static void mlp(qc_opt *o, int l, int n) {
     const qc_layer_weights *W = &o->m->layers[l];
     const int H = c->hidden_size, I = c->intermediate_size;
     qc_opt_lin gu[2] = {{&W->mlp_gate, o->mix, I}, {&W->mlp_up, o->zb, I}};
-    QC_OPT_PROF_CLASS(QC_OP_PROJ);
+    QC_OPT_PROF_CLASS(o, QC_OP_PROJ);
     qc_opt_linear(o, o->xn, H, n, H, gu, 2);
     mlp_job j = {o, I};
-    QC_OPT_PROF_CLASS(QC_OP_ELEM);
+    QC_OPT_PROF_CLASS(o, QC_OP_ELEM);
     qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * I * 8), swiglu_item, &j);
     qc_opt_lin dn = {&W->mlp_down, o->u, H};
-    QC_OPT_PROF_CLASS(QC_OP_PROJ);
+    QC_OPT_PROF_CLASS(o, QC_OP_PROJ);
     qc_opt_linear(o, o->mix, I, n, I, &dn, 1);
 }
 
@@ -363,8 +362,9 @@ static void layer_body(qc_backend *be, int l, int n, int start_pos, qc_state *st
     if (c->layer_types[l] == QC_LAYER_FULL) attention(o, l, n, start_pos, st);
     else qc_opt_deltanet(o, l, n, st, chunk);
     add_rows(o, o->h, o->u, (size_t)n * H);
-    if (qc_cfg_is_moe(c) && be->opts.trace)
-        be->opts.trace(be->opts.trace_user, l, "moe_in", start_pos, n, H, o->h);
+    if (be->opts.trace) /* the mixer output: "moe_in" / "mlp_in" (qc_backend.h) */
+        be->opts.trace(be->opts.trace_user, l, qc_cfg_is_moe(c) ? "moe_in" : "mlp_in", start_pos,
+                       n, H, o->h);
     rmsnorm_rows(o, o->xn, o->h, n, H, Ly->post_norm1p, eps);
     if (qc_cfg_is_moe(c)) qc_opt_moe(o, l, n, start_pos, &be->opts);
     else mlp(o, l, n);
@@ -394,7 +394,7 @@ static void call_body(qc_backend *be, const opt_call *c) {
         break;
     case CALL_LOGITS: {
         qc_opt_lin lo = {c->rows, c->logits, c->ld};
-        QC_OPT_PROF_CLASS(QC_OP_LMHEAD);
+        QC_OPT_PROF_CLASS(o, QC_OP_LMHEAD);
         qc_opt_linear(o, c->xn, H, c->n, H, &lo, 1);
         break;
     }
@@ -540,7 +540,7 @@ static void forward_body(qc_backend *be, const opt_call *cl) {
     }
     if (logits) {
         qc_opt_lin lo = {cl->rows, logits, cl->ld};
-        QC_OPT_PROF_CLASS(QC_OP_LMHEAD);
+        QC_OPT_PROF_CLASS(o, QC_OP_LMHEAD);
         if (cl->all_logits) qc_opt_linear(o, o->xn, H, n, H, &lo, 1);
         else qc_opt_linear(o, o->xn + (size_t)(n - 1) * H, H, 1, H, &lo, 1);
     }
@@ -780,6 +780,7 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     be->name = "optimized";
     be->model = m;
     be->opts = op;
+    o->prof = op.profile;
     be->impl = o;
     be->forward = opt_forward;
     be->step_layer = opt_step_layer;

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "qc_opt_internal.h"
-#include "qc/qc_optimized_profile.h"
 
 /* ===================================================================================== */
 /* Scratch                                                                                */
@@ -292,14 +291,14 @@ void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
                           {&W->in_proj_z, o->zb, vdim},
                           {&W->in_proj_b, o->bab, nv2},
                           {&W->in_proj_a, o->bab + nv, nv2}};
-    QC_OPT_PROF_CLASS(QC_OP_PROJ);
+    QC_OPT_PROF_CLASS(o, QC_OP_PROJ);
     qc_opt_linear(o, o->xn, H, n, H, outs, 4);
 
     /* 2-3. conv + SiLU, q/k l2norm, beta, g; then the conv state <- last K columns of E */
     float *cs = st->conv_state[l];
     for (int c_ = 0; c_ < C; c_++)
         for (int jj = 0; jj < Kc; jj++) o->est[(size_t)jj * C + c_] = cs[(size_t)c_ * Kc + jj];
-    QC_OPT_PROF_CLASS(QC_OP_CONV);
+    QC_OPT_PROF_CLASS(o, QC_OP_CONV);
     qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * C * (Kc + 8)), conv_item, &j);
     for (int jj = 0; jj < Kc; jj++) {
         const int idx = n + jj;
@@ -308,15 +307,15 @@ void qc_opt_deltanet(qc_opt *o, int l, int n, qc_state *st, int chunk) {
     }
 
     /* 4. the delta rule, one value head per item */
-    QC_OPT_PROF_CLASS(QC_OP_DELTANET);
+    QC_OPT_PROF_CLASS(o, QC_OP_DELTANET);
     qc_opt_run(o, nv, QC_OPT_PAR(o, 4.0 * n * nv * dk * dv), head_item, &j);
 
     /* 5. gated RMSNorm */
-    QC_OPT_PROF_CLASS(QC_OP_NORM);
+    QC_OPT_PROF_CLASS(o, QC_OP_NORM);
     qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * vdim * 8), gnorm_item, &j);
 
     /* 6. out_proj */
     qc_opt_lin oo = {&W->out_proj, o->u, H};
-    QC_OPT_PROF_CLASS(QC_OP_PROJ);
+    QC_OPT_PROF_CLASS(o, QC_OP_PROJ);
     qc_opt_linear(o, o->ob, vdim, n, vdim, &oo, 1);
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "qc/qc_backend.h"
+#include "qc/qc_optimized_profile.h"
 #include "qc_opt_kernels.h"
 
 /* fp32 copies of the small per-layer weights, made at create */
@@ -130,6 +131,7 @@ typedef struct {
     float **panel; /* [nthreads] -> [Kp_max / 16, MR, 16] packed weight panel */
     qc_opt_thread *th; /* [nthreads] */
     qc_opt_moe_scratch moe; /* MoE models only (views into the arena) */
+    qc_opt_profile *prof; /* the per-op timer (qc_backend_opts.profile at create); NULL off */
     qc_opt_pool pool;  /* job board (valid while pool_active) */
     int pool_active;   /* 1 inside a forward running with helper threads */
     void *arena;   /* every float buffer above: one 64-byte-aligned allocation (create's layout) */
@@ -151,6 +153,12 @@ void qc_opt_pool_helper(qc_opt_pool *p, int tid);
 void qc_opt_pool_quit(qc_opt_pool *p);
 /* Run fn(ctx, i, tid) for i in 0..n-1: on the helpers too when `parallel` and a pool is
  * active, else inline on the calling thread (tid 0). Returns when every item is done. */
+/* Names the class of the jobs the forward pass posts next (the per-op timer; nothing when off). */
+#define QC_OPT_PROF_CLASS(o, c)                                                                \
+    do {                                                                                       \
+        if ((o)->prof) (o)->prof->cur = (c);                                                   \
+    } while (0)
+
 void qc_opt_run(qc_opt *o, long n, int parallel, qc_opt_job_fn fn, void *ctx);
 
 /* ---- DeltaNet (qc_opt_deltanet.c) ---- */

@@ -33,7 +33,6 @@
 #include <string.h>
 
 #include "qc_opt_internal.h"
-#include "qc/qc_optimized_profile.h"
 
 /* ===================================================================================== */
 /* Scratch layout                                                                         */
@@ -327,7 +326,7 @@ void qc_opt_moe(qc_opt *o, int l, int n, int start_pos, const qc_backend_opts *o
     const qc_layer_weights *W = &o->m->layers[l];
     qc_opt_moe_scratch *s = &o->moe;
     const int H = c->hidden_size, E = s->E, k = s->k, Ie = s->Ie, Is = s->Is;
-    QC_OPT_PROF_CLASS(QC_OP_MOE); /* every job below: the router, the experts, the shared expert */
+    QC_OPT_PROF_CLASS(o, QC_OP_MOE); /* every job below: the router, the experts, the shared expert */
 
     /* 1. router logits, shared gate / up, shared expert gate: one pass over xn */
     qc_opt_lin first[4] = {{&W->router, s->lg, E},

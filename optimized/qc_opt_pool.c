@@ -153,8 +153,6 @@ static void run_job(qc_opt *o, long n, int parallel, qc_opt_job_fn fn, void *ctx
 
 /* ---- the per-op timer hook (qc/qc_optimized_profile.h) ---- */
 
-qc_opt_profile *qc_opt_prof_hook = NULL;
-
 const char *qc_opt_prof_name(int cls) {
     static const char *const names[QC_OP_N] = {"proj", "deltanet", "attention", "conv",
                                                "norms", "elementwise", "lm_head", "moe"};
@@ -169,7 +167,7 @@ static double prof_now(void) {
 
 void qc_opt_run(qc_opt *o, long n, int parallel, qc_opt_job_fn fn, void *ctx) {
     if (n <= 0) return;
-    qc_opt_profile *P = qc_opt_prof_hook; /* the one check when off */
+    qc_opt_profile *P = o->prof; /* the one check when off */
     if (!P) {
         run_job(o, n, parallel, fn, ctx);
         return;

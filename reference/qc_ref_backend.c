@@ -74,7 +74,7 @@ static void trace(const qc_backend *be, int index, int start_pos, int n, int dim
     if (be->opts.trace) be->opts.trace(be->opts.trace_user, index, "hidden", start_pos, n, dim, d);
 }
 
-/* A named MoE trace ("moe_in", "router_topk"; qc_backend.h). */
+/* A named trace ("moe_in", "mlp_in", "router_topk"; qc_backend.h). */
 static void trace_named(const qc_backend *be, const char *name, int index, int start_pos, int n,
                         int dim, const float *d) {
     if (be->opts.trace) be->opts.trace(be->opts.trace_user, index, name, start_pos, n, dim, d);
@@ -100,7 +100,7 @@ static void ref_layer_pass(qc_backend *be, int i, float *h, int n, int start_pos
     for (size_t k = 0; k < (size_t)n * H; k++) h[k] = h[k] + R->y[k];
 
     /* MLP: h = h + MLP(RMSNorm_1p(h)); a MoE model's MLP is the MoE block */
-    if (qc_cfg_is_moe(c)) trace_named(be, "moe_in", i, start_pos, n, H, h);
+    trace_named(be, qc_cfg_is_moe(c) ? "moe_in" : "mlp_in", i, start_pos, n, H, h);
     qc_ref_rmsnorm_1p(R->u, h, n, H, ly->post_norm, (float)c->rms_eps);
     if (qc_cfg_is_moe(c)) {
         qc_ref_moe(R->y, R->u, n, &ly->moe, &R->moe);

@@ -16,6 +16,7 @@ void qc_backend_opts_default(qc_backend_opts *o) {
     o->max_tokens = 128;
     o->trace = NULL;
     o->trace_user = NULL;
+    o->profile = NULL;
 }
 
 qc_status qc_backend_check_create(const qc_model *m, const qc_backend_opts *o, qc_err *err) {

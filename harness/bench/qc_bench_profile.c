@@ -115,8 +115,7 @@ static double median(double *v, int n) {
 /* one phase: prefill (chunks) or decode steps from the state's position; timed per class */
 static qc_status run_phase(qc_backend *be, qc_state *st, const int32_t *toks, int ph, int n,
                            int chunk, float *logits, qc_opt_profile *P, double *total, qc_err *err) {
-    memset(P, 0, sizeof *P);
-    qc_opt_prof_hook = P;
+    memset(P, 0, sizeof *P); /* the backend's timer (qc_backend_opts.profile) */
     const double t0 = bench_now_s();
     qc_status s = QC_OK;
     if (ph == PH_DECODE) {
@@ -130,17 +129,18 @@ static qc_status run_phase(qc_backend *be, qc_state *st, const int32_t *toks, in
         }
     }
     *total = bench_now_s() - t0;
-    qc_opt_prof_hook = NULL;
     return s;
 }
 
 static qc_status measure(const qc_model *m, int threads, qc_err *err) {
     const qc_config *c = &m->cfg;
     const int n = PF.prompt, ctx = PF.prompt + PF.decode;
+    qc_opt_profile P; /* every forward of the backend adds to it */
     qc_backend_opts bo;
     qc_backend_opts_default(&bo);
     bo.n_threads = threads;
     bo.max_tokens = PF.chunk;
+    bo.profile = &P;
     qc_backend *be = NULL;
     qc_state *st = NULL;
     qc_status s = qc_optimized_create(m, &bo, &be, err);
@@ -152,7 +152,6 @@ static qc_status measure(const qc_model *m, int threads, qc_err *err) {
     if (!s && (!logits || !toks)) s = qc_errf(err, QC_ERR_OOM, "--profile-ops: out of memory");
     for (int i = 0; !s && i < ctx; i++) toks[i] = (int32_t)((i * 2654435761u) % (unsigned)c->vocab_size);
     double sec[PH_N][QC_OP_N][PF_MAX_REPS], tot[PH_N][PF_MAX_REPS];
-    qc_opt_profile P;
     int reps = 0;
     for (int r = -1; !s && r < PF.reps; r++) { /* r = -1: warm-up */
         for (int ph = 0; ph < PH_N && !s; ph++) {

@@ -59,7 +59,8 @@ void ck_moecap_free(ck_moecap *mc) {
 void ck_moecap_feed(ck_moecap *mc, int index, const char *name, int start_pos, int n_tokens,
                     int dim, const float *data) {
     if (!mc || !name) return;
-    int is_in = !strcmp(name, "moe_in"), is_tk = !strcmp(name, "router_topk");
+    int is_in = !strcmp(name, "moe_in") || !strcmp(name, "mlp_in"),
+        is_tk = !strcmp(name, "router_topk");
     if (!is_in && !is_tk) return;
     int want = is_in ? mc->H : 2 * mc->K;
     if (index < 0 || index >= mc->L || dim != want) {
@@ -442,13 +443,17 @@ static int worst_out_row(const qc_golden_case *gc, const hcap *hc, int l) {
 void ck_moe_localise(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, const hcap *hc,
                      int l, const char *backend, const char *mode, char *loc, size_t loclen,
                      qc_localisation *L) {
-    if (!mc || !gc->prefill_moe_in || l < 0 || l >= mc->L || !qc_cfg_is_moe(c->cfg)) return;
+    if (!mc || !gc->prefill_moe_in || l < 0 || l >= mc->L) return;
+    const int moe = qc_cfg_is_moe(c->cfg);
+    const char *in = moe ? "moe_in" : "mlp_in", *blk = moe ? "MoE block" : "MLP";
     const int T = gc->n_tokens;
     char case_id[256];
     snprintf(case_id, sizeof case_id, "%s/%s", c->stem, gc->name);
     qc_tol tol, wtol;
-    qc_policy_lookup(c->pol, QC_TC_HIDDEN, backend, mode, "prefill.hidden", case_id,
-                     "prefill/moe_in", &tol, NULL);
+    char dset[32];
+    snprintf(dset, sizeof dset, "prefill/%s", in);
+    qc_policy_lookup(c->pol, QC_TC_HIDDEN, backend, mode, "prefill.hidden", case_id, dset, &tol,
+                     NULL);
     qc_policy_lookup(c->pol, QC_TC_HIDDEN, backend, mode, "router_topk", case_id,
                      "prefill/router/topk_weights", &wtol, NULL);
     double mx;
@@ -457,16 +462,23 @@ void ck_moe_localise(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, cons
     size_t k = strlen(loc);
     const char *sep = k ? "\n" : "";
     if (ok < 0) {
-        snprintf(loc + k, loclen - k, "%sMixer or MoE block of layer %d: unknown (the backend "
-                 "traced no moe_in for it)", sep, l);
+        snprintf(loc + k, loclen - k, "%sMixer or %s of layer %d: unknown (the backend "
+                 "traced no %s for it)", sep, blk, l, in);
         return;
     }
     if (!ok) {
         snprintf(L->block, sizeof L->block, "mixer");
-        snprintf(loc + k, loclen - k, "%sIt starts in layer %d's mixer (%s): moe_in[%d], the "
-                 "residual after the mixer and before the MoE block, already differs (max |diff| "
-                 "%.2g at position %d)", sep, l, ck_layer_kind(c->cfg, l), l, mx,
+        snprintf(loc + k, loclen - k, "%sIt starts in layer %d's mixer (%s): %s[%d], the "
+                 "residual after the mixer and before the %s, already differs (max |diff| "
+                 "%.2g at position %d)", sep, l, ck_layer_kind(c->cfg, l), in, l, blk, mx,
                  gc->start_pos + worst);
+        return;
+    }
+    if (!moe) { /* dense: the MLP (its post-attention norm, gate / up / down projections) */
+        snprintf(L->block, sizeof L->block, "mlp");
+        snprintf(loc + k, loclen - k, "%sIt starts in layer %d's MLP: mlp_in[%d] (the residual "
+                 "after the mixer) agrees (max |diff| %.2g), the layer output does not (its "
+                 "post-attention norm or the MLP)", sep, l, l, mx);
         return;
     }
     snprintf(L->block, sizeof L->block, "moe");

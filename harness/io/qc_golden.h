@@ -65,7 +65,7 @@ typedef struct {
     int32_t *prefill_topk_ids;      /* [L, T, k] */
     float *prefill_topk_weights;    /* [L, T, k] */
     float *prefill_router_margins;  /* [L, T] */
-    float *prefill_moe_in;          /* [L, T, H] */
+    float *prefill_moe_in;          /* [L, T, H]: moe_in (MoE) or mlp_in (dense), the mixer output */
     int32_t *decode_topk_ids;       /* [L, S, k] */
     float *decode_topk_weights;     /* [L, S, k] */
     float *decode_router_margins;   /* [L, S] */
@@ -93,9 +93,9 @@ typedef struct {
     int has_decode_margins;   /* decode/margins present */
     int has_decode_state;     /* decode/state present */
     int has_prefill_router;   /* prefill/router/{topk_ids,topk_weights,margins} present (MoE) */
-    int has_prefill_moe_in;   /* prefill/moe_in present (MoE) */
+    int has_prefill_moe_in;   /* prefill/moe_in (MoE) or prefill/mlp_in (dense) present */
     int has_decode_router;    /* decode/router/... present (MoE) */
-    int has_decode_moe_in;    /* decode/moe_in present (MoE) */
+    int has_decode_moe_in;    /* decode/moe_in (MoE) or decode/mlp_in (dense) present */
 } qc_golden_case_meta;
 
 typedef struct {

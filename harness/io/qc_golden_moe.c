@@ -1,9 +1,11 @@
 /* qc_golden_moe.c — the golden reader's MoE part (golden/SCHEMA.md "MoE"): per case the optional
  * router datasets prefill/router/{topk_ids, topk_weights, margins} and prefill/moe_in (the same
  * under decode/), and the root attribute router_margin_threshold. margins may be absent (a
- * file written by `qwen-conform record`: no flip then counts as a near-tie). Dense goldens have none of
- * them; a dense golden that carries them is refused (its router cannot be checked against a
- * model without experts). Shapes are checked against the config before anything is read, and
+ * file written by `qwen-conform record`: no flip then counts as a near-tie). Dense goldens have no
+ * router; a dense golden that carries one (or moe_in) is refused (its router cannot be checked
+ * against a model without experts). A dense golden's mixer output is prefill/mlp_in (decode/
+ * mlp_in): the same [L, rows, H] meaning as moe_in, read into the same fields; a MoE golden
+ * that carries mlp_in is refused (its name there is moe_in). Shapes are checked against the config before anything is read, and
  * the values when they are: ids in [0, E) and distinct within a row, weights and margins finite,
  * margins >= 0 (p_k - p_(k+1) of probabilities sorted descending). Nothing stays allocated on
  * error. */
@@ -55,20 +57,26 @@ qc_status gio_moe_root(const gio_ctx *c, hid_t f, double *thr) {
 /* metadata: presence and shapes                                                         */
 /* ===================================================================================== */
 
+/* The dataset of the residual after each layer's mixer: moe_in (MoE), mlp_in (dense). */
+static const char *mixer_out_name(const qc_config *cfg) {
+    return qc_cfg_is_moe(cfg) ? "moe_in" : "mlp_in";
+}
+
 qc_status gio_moe_meta(const gio_ctx *c, const qc_config *cfg, hid_t grp, const char *gpath,
                        int rows, int *has_router, int *has_moe_in) {
     *has_router = *has_moe_in = 0;
-    const int r_here = gio_link_exists(grp, "router"), m_here = gio_link_exists(grp, "moe_in");
-    if (!qc_cfg_is_moe(cfg)) {
-        if (r_here || m_here)
-            return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s/%s: router data in the golden of a "
-                           "dense model (config_json has no experts)", c->file, gpath,
-                           r_here ? "router" : "moe_in");
-        return QC_OK;
-    }
+    const char *mname = mixer_out_name(cfg), *other = qc_cfg_is_moe(cfg) ? "mlp_in" : "moe_in";
+    const int r_here = gio_link_exists(grp, "router"), m_here = gio_link_exists(grp, mname);
     const long long L = cfg->n_layers, K = cfg->n_experts_per_tok, H = cfg->hidden_size;
     hsize_t dims[3];
     qc_status st;
+    if (gio_link_exists(grp, other))
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s/%s: in the golden of a %s model (its "
+                       "mixer output is %s/%s)", c->file, gpath, other,
+                       qc_cfg_is_moe(cfg) ? "MoE" : "dense", gpath, mname);
+    if (!qc_cfg_is_moe(cfg) && r_here)
+        return qc_errf(c->err, QC_ERR_FORMAT, "%s: %s/router: router data in the golden of a "
+                       "dense model (config_json has no experts)", c->file, gpath);
     if (r_here) {
         long long wk[3] = {L, rows, K}, wm[2] = {L, rows};
         if ((st = gio_probe_dataset(c, grp, gpath, "router/topk_ids", 0, 3, wk, dims, NULL)) ||
@@ -83,7 +91,7 @@ qc_status gio_moe_meta(const gio_ctx *c, const qc_config *cfg, hid_t grp, const 
     }
     if (m_here) {
         long long wi[3] = {L, rows, H};
-        if ((st = gio_probe_dataset(c, grp, gpath, "moe_in", 1, 3, wi, dims, NULL))) return st;
+        if ((st = gio_probe_dataset(c, grp, gpath, mname, 1, 3, wi, dims, NULL))) return st;
         *has_moe_in = 1;
     }
     return QC_OK;
@@ -150,7 +158,8 @@ qc_status gio_moe_load(const gio_ctx *c, const qc_config *cfg, hid_t grp, const 
     }
     if (has_moe_in) {
         long long wi[3] = {L, rows, H};
-        if ((st = gio_read_dataset(c, grp, gpath, "moe_in", 1, 3, wi, (void **)moe_in))) goto fail;
+        if ((st = gio_read_dataset(c, grp, gpath, mixer_out_name(cfg), 1, 3, wi, (void **)moe_in)))
+            goto fail;
     }
     return QC_OK;
 fail:

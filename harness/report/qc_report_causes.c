@@ -173,8 +173,10 @@ static void loc_phrase(const work *w, const evid *e, char *b, size_t n) {
         else if (!strcmp(L->block, "moe"))
             snprintf(b, n, "layer %d%s, MoE block (moe_in, the mixer output, agrees)", L->layer,
                      at);
+        else if (!strcmp(L->block, "mlp"))
+            snprintf(b, n, "layer %d%s, MLP (mlp_in, the mixer output, agrees)", L->layer, at);
         else if (!strcmp(L->block, "mixer"))
-            snprintf(b, n, "layer %d%s, mixer (moe_in, the mixer output, already differs)",
+            snprintf(b, n, "layer %d%s, mixer (its output, moe_in / mlp_in, already differs)",
                      L->layer, at);
         else if (e->mixer)
             snprintf(b, n, "layer %d%s, mixer (its input norm or the mixer up to the state "
@@ -182,7 +184,7 @@ static void loc_phrase(const work *w, const evid *e, char *b, size_t n) {
                      e->st_cls, L->layer);
         else
             snprintf(b, n, "layer %d%s (mixer or MLP: the hidden states cannot tell; a "
-                     "'moe_in'-style mixer-output trace would)", L->layer, at);
+                     "mixer-output trace, mlp_in, would)", L->layer, at);
         break;
     case QC_LOC_EMBEDDINGS:
         snprintf(b, n, "the embeddings%s (hidden[0] already differs)", at);

@@ -41,7 +41,7 @@ typedef struct {
     int layer;              /* the layer named (AT_OR_BEFORE: the upper bound); -1: none */
     int layer_lo;           /* AT_OR_BEFORE: the layer below that passes; -1: none */
     int step;               /* first failing decode step; -1: none */
-    char block[8];          /* "mixer", "moe" or "" */
+    char block[8];          /* "mixer", "moe", "mlp" or "" */
 } qc_cause;
 
 typedef struct {

@@ -35,8 +35,9 @@ typedef struct {
     int layer_lo;          /* QC_LOC_AT_OR_BEFORE: the last layer below that passes (-1: none) */
     int step;              /* -1: in the prefill; else the first failing decode step */
     char source[16];       /* what localised it: "hidden", "state", "decode_hidden" */
-    char block[8];         /* MoE: where in layer `layer` it starts: "mixer" (moe_in already
-                              differs) or "moe" (moe_in agrees, the layer output does not); "" */
+    char block[8];         /* where in layer `layer` it starts: "mixer" (moe_in / mlp_in, the
+                              mixer output, already differs), "moe" (MoE: moe_in agrees, the
+                              layer output does not), "mlp" (dense: mlp_in agrees); "" unknown */
     int has_expert;        /* MoE: 1 when the router chose differently there: */
     int expert_expected;   /*   the golden's expert missing from the actual choice */
     int expert_got;        /*   the expert chosen instead (-1: ids agree, the weight of

@@ -26,7 +26,7 @@
  * may leave the state partially updated.
  *
  * Options read at every call: dn_kernel, chunk_size, trace, trace_user (may be changed
- * between calls). Fixed at create: n_threads, max_tokens.
+ * between calls). Fixed at create: n_threads, max_tokens, profile.
  */
 #ifndef QC_BACKEND_H
 #define QC_BACKEND_H
@@ -44,9 +44,12 @@ typedef enum { QC_DN_CHUNKED = 0, QC_DN_RECURRENT = 1 } qc_dn_kernel;
  *   norm (Hugging Face's hidden_states convention). data is [n_tokens, dim] for positions
  *   start_pos .. start_pos+n_tokens-1. `name` is "hidden". The data is only valid during the
  *   call. */
-/* MoE models add two trace names (a consumer of hidden states must check name == "hidden"):
- *   "moe_in"      index = layer i (0..L-1), dim = H: the residual stream after layer i's mixer
- *                 (attention or DeltaNet) and before its MoE block (tells mixer from MoE).
+/* Two more trace names tell the mixer from the MLP (a consumer of hidden states must check
+ * name == "hidden"):
+ *   "moe_in"      (MoE models) index = layer i (0..L-1), dim = H: the residual stream after
+ *                 layer i's mixer (attention or DeltaNet) and before its MoE block.
+ *   "mlp_in"      (dense models) the same for the MLP block.
+ * MoE models add:
  *   "router_topk" index = layer i, dim = 2k: per token, the k chosen expert ids (as floats, in
  *                 descending router probability) followed by their k renormalised weights. */
 typedef void (*qc_trace_fn)(void *user, int index, const char *name, int start_pos,
@@ -59,6 +62,9 @@ typedef struct {
     int max_tokens;         /* largest n accepted by forward (scratch is sized for it) */
     qc_trace_fn trace;      /* optional hidden-state hook (NULL = none) */
     void *trace_user;
+    struct qc_opt_profile *profile; /* optimized backend: the per-op timer (`bench --profile-ops`,
+                                     * qc/qc_optimized_profile.h), caller-owned, outliving the
+                                     * backend; NULL off; fixed at create; the reference ignores it */
 } qc_backend_opts;
 
 /* dn_kernel chunked, chunk_size 64, n_threads 0, max_tokens 128, no trace. */

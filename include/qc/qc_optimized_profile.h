@@ -1,14 +1,15 @@
 /* qc/qc_optimized_profile.h — the optimized backend's per-op timer hook (`bench --profile-ops`).
  *
  * Off (the default) it costs one pointer load per op: qc_opt_run (qc_opt_pool.c) times a job
- * only when qc_opt_prof_hook is set, and the forward pass names the class of the ops it posts
- * (QC_OPT_PROF_CLASS) only then. The timing is the wall time of the posting thread from
+ * only when the backend's options carry a profile (qc_backend_opts.profile), and the forward
+ * pass names the class of the ops it posts only then. The timing is the wall time of the posting thread from
  * posting a job to its last item done (the op's real cost, waiting for the helpers included),
  * added to sec[cur]. Serial code between jobs (embedding rows, RoPE tables, conv-state copies)
  * is not attributed: the caller gets it as the forward's total minus the sum.
  *
- * Ownership: the hook points to a caller-owned struct; set it, run forwards on ONE backend,
- * clear it (process-wide, not thread-safe across concurrent forwards).
+ * Ownership: qc_backend_opts.profile points to a caller-owned struct that outlives the backend
+ * (qc_optimized_create); the forwards of that backend add to it. The reference backend ignores
+ * it.
  */
 #ifndef QC_OPT_PROFILE_H
 #define QC_OPT_PROFILE_H
@@ -25,21 +26,13 @@ enum {
     QC_OP_N
 };
 
-typedef struct {
+typedef struct qc_opt_profile {
     int cur;                /* class of the next job (set by the forward pass) */
     double sec[QC_OP_N];    /* seconds per class, accumulated */
     long jobs[QC_OP_N];     /* jobs per class, accumulated */
 } qc_opt_profile;
 
-/* NULL: off. */
-extern qc_opt_profile *qc_opt_prof_hook;
-
 /* Short names of the classes ("proj", "deltanet", ...); NULL past QC_OP_N. */
 const char *qc_opt_prof_name(int cls);
-
-#define QC_OPT_PROF_CLASS(c)                                                                   \
-    do {                                                                                       \
-        if (qc_opt_prof_hook) qc_opt_prof_hook->cur = (c);                                     \
-    } while (0)
 
 #endif /* QC_OPT_PROFILE_H */

@@ -105,7 +105,7 @@ PY
 
   # ---- (b) layer 2's MLP, with the hidden states; then with the states only -----------------
   run mlp-l2 1 --golden "$ONE" --filter '/len00[25]/' --backend "exec:$CM mlp-l2"
-  line mlp-l2 "layer 2 (mixer or MLP: the hidden states cannot tell; a 'moe_in'-style mixer-output trace would)" \
+  line mlp-l2 "layer 2 (mixer or MLP: the hidden states cannot tell; a mixer-output trace, mlp_in, would)" \
     "names layer 2, not claiming the MLP"
   summary mlp-l2
   causes mlp-l2 "one cause, layer 2, no block" <<'PY'
