@@ -54,9 +54,9 @@ static void case_input(const qc_golden_case *gc, const qc_check_opts *o, qc_case
 }
 
 /* Run with an optional hidden capture. hc may be NULL. */
-static qc_status run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
-                         const qc_check_opts *o, int garbage, hcap *hc, qc_golden_case *out,
-                         qc_err *err) {
+qc_status ck_run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+                     const qc_check_opts *o, int garbage, hcap *hc, qc_golden_case *out,
+                     qc_err *err) {
     qc_profile p;
     qc_case_input in;
     ck_case_profile(gc, mode, 0, &p);
@@ -130,7 +130,7 @@ static qc_status decode_hidden(ctx *c, qc_backend *be, const qc_golden_case *gc,
     if (!h.seen) return qc_errf(err, QC_ERR_OOM, "out of memory");
     h.L1 = L + 1, h.T = 1, h.H = H, h.lo = gc->start_pos + gc->n_tokens + step;
     qc_golden_case tmp;
-    qc_status s = run_one(be, gc, mode, c->o, 0, &h, &tmp, err);
+    qc_status s = ck_run_one(be, gc, mode, c->o, 0, &h, &tmp, err);
     if (!s) qc_case_free(cfg, &tmp);
     int seen = 0;
     for (int i = 0; i <= L; i++) seen += h.seen[i];
@@ -247,7 +247,8 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
         }
     }
     qc_golden_case *act = &cr->act[bi][mode];
-    qc_status s = run_one(be, gc, mode, c->o, 0, want_hidden || want_moe ? &hc : NULL, act, &err);
+    qc_status s = ck_run_one(be, gc, mode, c->o, 0, want_hidden || want_moe ? &hc : NULL, act,
+                             &err);
     if (s) {
         ck_emit_simple(c, gc->name, bname, mname, "run", ck_failed_run_verdict(s), err.msg, NULL);
         free(hc.hidden), free(hc.seen);
@@ -301,7 +302,7 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     } else if (bs->alt[bi] && (mode != QC_MODE_STATIC || T <= 8)) {
         qc_golden_case t1;
         qc_err_clear(&err);
-        if ((s = run_one(bs->alt[bi], gc, mode, c->o, 0, NULL, &t1, &err)) == QC_OK) {
+        if ((s = ck_run_one(bs->alt[bi], gc, mode, c->o, 0, NULL, &t1, &err)) == QC_OK) {
             char extra[160];
             snprintf(extra, sizeof extra, "%s, %d thread(s) (actual) vs %d thread(s) (expected)",
                      bname, bs->alt[bi]->opts.n_threads, be->opts.n_threads);
@@ -323,71 +324,13 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     }
 }
 
-/* Dynamic-prefill variants: chunked == recurrent DeltaNet, and the chunk-size sweep. */
-static void check_dn_variants(ctx *c, qc_backend *be, const char *bname,
-                              const qc_golden_case *gc, case_runs *cr, int bi) {
-    const qc_config *cfg = c->cfg;
-    const int T = gc->n_tokens;
-    qc_err err;
-    if (!(be->caps & QC_BE_CAP_DN_KERNEL)) {
-        ck_emit_cap_skip(c, gc->name, bname, "dynamic", "chunked_eq_recurrent", QC_BE_CAP_DN_KERNEL);
-    } else {
-        qc_golden_case rec;
-        qc_err_clear(&err);
-        be->opts.dn_kernel = QC_DN_RECURRENT;
-        qc_status s = run_one(be, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &rec, &err);
-        be->opts.dn_kernel = QC_DN_CHUNKED;
-        if (s == QC_OK) {
-            compare_runs(c, gc, &cr->act[bi][QC_MODE_DYNAMIC], &rec, bname, "dynamic",
-                         "chunked_eq_recurrent", 0, 0,
-                         "Chunked DeltaNet (actual) vs token recurrence (expected), "
-                         "dynamic prefill");
-            qc_case_free(cfg, &rec);
-        } else {
-            ck_emit_simple(c, gc->name, bname, "dynamic", "chunked_eq_recurrent",
-                           ck_failed_run_verdict(s), err.msg, NULL);
-        }
-    }
-    /* chunk-size sweep around the 64 boundary */
-    if (T < 63) return;
-    if (!(be->caps & QC_BE_CAP_CHUNK_SIZE)) {
-        ck_emit_cap_skip(c, gc->name, bname, "dynamic", "chunk_sweep", QC_BE_CAP_CHUNK_SIZE);
-        return;
-    }
-    int msl = gc->max_seq_len > 0 ? gc->max_seq_len : 128;
-    /* the whole prompt in one chunk, or the largest chunk the backend's scratch holds (the
-     * call contract: be->max_chunk_tokens) */
-    if (be->max_chunk_tokens > 0 && msl > be->max_chunk_tokens) msl = be->max_chunk_tokens;
-    int sizes[4] = {1, 3, 64, msl};
-    for (int k = 0; k < 4; k++) {
-        int dup = 0;
-        for (int j = 0; j < k; j++) dup |= sizes[j] == sizes[k];
-        if (dup) continue;
-        char name[32];
-        snprintf(name, sizeof name, "chunk_sweep.c%d", sizes[k]);
-        qc_golden_case sw;
-        int saved = be->opts.chunk_size;
-        be->opts.chunk_size = sizes[k];
-        qc_err_clear(&err);
-        qc_status s = run_one(be, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &sw, &err);
-        be->opts.chunk_size = saved;
-        if (s == QC_OK) {
-            char extra[160];
-            snprintf(extra, sizeof extra, "Dynamic prefill with DeltaNet chunk size %d vs the "
-                     "golden", sizes[k]);
-            compare_runs(c, gc, &sw, gc, bname, "dynamic", name, 0, 1, extra);
-            qc_case_free(cfg, &sw);
-        } else {
-            ck_emit_simple(c, gc->name, bname, "dynamic", name, ck_failed_run_verdict(s), err.msg,
-                           NULL);
-        }
-    }
-}
-
 static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs *cr) {
     for (int bi = 0; bi < QC_CK_SLOTS; bi++) {
         qc_backend *be = bs->be[bi];
         if (!be) continue;
+        /* a runtime under test is told dn_kernel / chunk_size by the kernel checks only */
+        qc_remote_kernel_opts(be, QC_REMOTE_KOPTS_OWN);
+        qc_remote_kernel_opts(bs->alt[bi], QC_REMOTE_KOPTS_OWN);
         const char *bname = c->slot_name[bi];
         for (int mi = 0; mi < N_MODES; mi++)
             if (mode_selected(c, gc->name, bname, (qc_mode)mi) && !ck_stop_now(c)) {
@@ -405,7 +348,8 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
                          bname, "dynamic", "static_eq_dynamic", 0, 0,
                          "Dynamic-shape prefill (actual) vs static one-token-per-call prefill "
                          "(expected), same backend");
-        if (cr->have[bi][QC_MODE_DYNAMIC]) check_dn_variants(c, be, bname, gc, cr, bi);
+        if (cr->have[bi][QC_MODE_DYNAMIC])   /* chunked_eq_recurrent, chunk_sweep */
+            ck_check_dn_variants(c, be, bname, gc, &cr->act[bi][QC_MODE_DYNAMIC]);
         ck_check_lifecycle(c, be, bname, gc, cr->have[bi]); /* snapshot, rollback, sequences */
     }
     /* optimized == reference */

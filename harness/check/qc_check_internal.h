@@ -240,6 +240,11 @@ void ck_create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const q
 void ck_dump_actual(ctx *c, const qc_golden *g, qc_golden_case *cases, int n, const char *path);
 
 /* ---- qc_check_engine.c, shared with the invariants ---- */
+/* One run of gc in a mode (garbage: start from a NaN-filled state), hidden states into hc when
+ * not NULL; out is filled (qc_case_free) on QC_OK. */
+qc_status ck_run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+                     const qc_check_opts *o, int garbage, hcap *hc, qc_golden_case *out,
+                     qc_err *err);
 /* A run that could not be made: QC_ERR_RUNTIME -> FAIL, QC_ERR_UNSUPPORTED -> SKIP, else ERROR. */
 qc_verdict ck_failed_run_verdict(qc_status s);
 /* A SKIP row "capability 'x' not announced by <backend>". */
@@ -328,6 +333,13 @@ void ck_router_tally_add(ck_router_tally *t, const qc_tol *tol, int L, int rows,
 /* The router_topk row from a tally (loc: a localisation text to append to a failure, or NULL). */
 void ck_router_emit(ctx *c, const qc_golden_case *gc, const ck_router_tally *t,
                     const char *backend, const char *mode, const char *loc);
+
+/* ---- qc_check_dn.c: chunked_eq_recurrent, chunk_sweep ---- */
+/* The DeltaNet kernel checks of (gc, be) in dynamic mode; dyn: the dynamic-mode run (the chunked
+ * run of a built-in backend). A runtime under test is told dn_kernel / chunk_size for these
+ * runs only (qc_remote.h QC_REMOTE_KOPTS_ASK) and left in QC_REMOTE_KOPTS_OWN. */
+void ck_check_dn_variants(ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
+                          const qc_golden_case *dyn);
 
 /* ---- qc_check_invariants.c ---- */
 /* garbage_reset and unused_slots of one (backend, mode), against the fresh run act. */

@@ -84,6 +84,7 @@ typedef struct {
     size_t state_buf_n;       /* floats in state_buf */
     int sent_dn_kernel;       /* last dn_kernel pushed (-1 none) */
     int sent_chunk_size;      /* last chunk_size pushed (-1 none) */
+    qc_remote_kopts kopts;    /* who decides dn_kernel / chunk_size (qc_remote.h) */
 } remote;
 
 static qc_status rt_fail(remote *R, qc_err *err, const char *what) {
@@ -102,9 +103,11 @@ static qc_status rt_option(remote *R, const char *key, const char *value, qc_err
     return QC_OK;
 }
 
-/* Push the settings the check engine changes between calls. */
+/* Push the settings the check engine changes between calls: in PUSH and ASK mode the ones that
+ * differ from the last values sent; in OWN mode nothing (the runtime keeps what it has). */
 static qc_status rt_sync_opts(qc_backend *be, remote *R, qc_err *err) {
     qc_status s = QC_OK;
+    if (R->kopts == QC_REMOTE_KOPTS_OWN) return s;
     if ((be->caps & QC_BE_CAP_DN_KERNEL) && (int)be->opts.dn_kernel != R->sent_dn_kernel) {
         s = rt_option(R, "dn_kernel", be->opts.dn_kernel == QC_DN_RECURRENT ? "recurrent" : "chunked",
                       err);
@@ -178,9 +181,17 @@ static qc_status rm_forward_topk(qc_backend *be, const int32_t *tokens, int n, i
 static qc_status rm_reset(qc_backend *be, qc_err *err) {
     remote *R = be->impl;
     if (R->api->reset(R->h) != QC_PLUGIN_OK) return rt_fail(R, err, "reset");
-    /* a fresh child (exec adapters restart after a failure) has the default settings */
-    R->sent_dn_kernel = R->sent_chunk_size = -1;
+    /* PUSH: everything is sent again after a reset (as before). OWN / ASK: the values sent stay
+     * in force across a reset (a restarted exec child gets the accepted set_option values
+     * replayed), so an ASK run sends only what changes */
+    if (R->kopts == QC_REMOTE_KOPTS_PUSH) R->sent_dn_kernel = R->sent_chunk_size = -1;
     return QC_OK;
+}
+
+int qc_remote_kernel_opts(qc_backend *be, qc_remote_kopts mode) {
+    if (!be || be->forward != rm_forward || !be->impl) return 0;
+    ((remote *)be->impl)->kopts = mode;
+    return 1;
 }
 
 static qc_status rm_fill(qc_backend *be, float v, qc_err *err) {

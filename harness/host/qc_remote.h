@@ -26,6 +26,20 @@ qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *ap
                                    const qc_model *m, const qc_backend_opts *o, qc_backend **out,
                                    qc_err *err);
 
+/* Who decides the multi-token DeltaNet settings dn_kernel / chunk_size of a runtime that
+ * announces them (docs/adapter-protocol.md, "dn_kernel and chunk_size"). */
+typedef enum {
+    QC_REMOTE_KOPTS_PUSH = 0, /* the default (record, bench): every forward first sends the
+                                 be->opts.dn_kernel / chunk_size that differ from the values
+                                 last sent (all of them again after a reset) */
+    QC_REMOTE_KOPTS_OWN,      /* check: nothing is sent; the runtime keeps the values in force
+                                 (its own defaults until a check asked for others) */
+    QC_REMOTE_KOPTS_ASK       /* check, inside chunked_eq_recurrent / chunk_sweep: every forward
+                                 sends the be->opts values that differ from the last sent */
+} qc_remote_kopts;
+/* Set be's mode; returns 1, or 0 (nothing done) when be is not a remote backend. */
+int qc_remote_kernel_opts(qc_backend *be, qc_remote_kopts mode);
+
 /* Capability names ("hidden", "state_read", ...) <-> QC_CAP_* bits. */
 const char *qc_cap_name(unsigned bit);
 /* Parse "hidden,state_read" into bits; unknown names -> QC_ERR_ARG naming them and the list.

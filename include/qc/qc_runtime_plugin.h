@@ -116,7 +116,14 @@ typedef struct qc_runtime_plugin {
      * value (NaN in the garbage_reset check). The position is left as it is. */
     int (*fill_state)(void *handle, float value);
     /* QC_CAP_THREADS / DN_KERNEL / CHUNK_SIZE: change a setting between calls. Unknown key:
-     * QC_PLUGIN_UNSUPPORTED. */
+     * QC_PLUGIN_UNSUPPORTED. "dn_kernel" ("chunked" | "recurrent") and "chunk_size" ("N")
+     * concern calls of n > 1 tokens only: a one-token call always runs the token recurrence.
+     * `check` sets them only for the runs of chunked_eq_recurrent (recurrent, then chunked, at
+     * chunk_size 64) and chunk_sweep (chunked at chunk_size 1, 3, 64, the whole prompt), each
+     * value right after that run's reset and only when it differs from the last one set; it
+     * never sets a value back: every run before the first of them uses the plugin's own
+     * defaults, later ones the last values set (docs/adapter-protocol.md, "dn_kernel and
+     * chunk_size"). `record` sets --dn-kernel / --chunk-size (chunked / 64) before every run. */
     int (*set_option)(void *handle, const char *key, const char *value);
 
     /* ---- optional v1 additions (state lifecycle): present when struct_size covers them ---- */
