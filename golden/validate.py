@@ -195,15 +195,21 @@ def _check_state(f, group, cfg, n_pos, rep):
 
 
 def _check_moe(f, g, cfg, n, rep):
-    """Optional MoE extras of one phase g (<case>/prefill or <case>/decode, n rows):
-    router/{topk_ids, topk_weights, margins} and moe_in (golden/SCHEMA.md "MoE")."""
+    """Optional extras of one phase g (<case>/prefill or <case>/decode, n rows): a MoE model's
+    router/{topk_ids, topk_weights, margins} and moe_in (golden/SCHEMA.md "MoE"), a dense
+    model's mlp_in ("Mixer outputs (dense)")."""
+    L, H, E, k = cfg.num_hidden_layers, cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok
+    if g + "/mlp_in" in f:
+        if cfg.is_moe:
+            rep.err(g + "/mlp_in", "dense dataset in the golden of a MoE model (its name is moe_in)")
+        else:
+            _dataset(f, g + "/mlp_in", rep, (L, n, H), "f")
     have = [x for x in ("router", "moe_in") if g + "/" + x in f]
     if not have:
         return
     if not cfg.is_moe:
         rep.err(g + "/" + have[0], "MoE dataset in the golden of a dense model")
         return
-    L, H, E, k = cfg.num_hidden_layers, cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok
     _dataset(f, g + "/moe_in", rep, (L, n, H), "f")
     ids = _dataset(f, g + "/router/topk_ids", rep, (L, n, k), "i")
     w = _dataset(f, g + "/router/topk_weights", rep, (L, n, k), "f")

@@ -238,11 +238,17 @@ def readme_text():
              "own): " + ", ".join("`%s`" % c.name for c in cases) + ".", ""]
     for c in cases:
         lines.append("- `%s`: %s" % (c.name, c.description))
+    lines += ["", "Every dense fixture's golden (the special fixtures' too) has, per case and "
+              "phase, the residual stream entering each layer's MLP block (after the mixer and "
+              "its residual add, before `post_attention_layernorm`: `prefill/mlp_in` [L, T, H], "
+              "`decode/mlp_in` [L, S, H]); with `prefill/hidden` it splits a divergence at a "
+              "layer into its mixer or its MLP (`golden/SCHEMA.md`, \"Mixer outputs (dense)\")."]
     lines += ["", "The MoE fixtures (`%s`) have the same cases; their goldens add, per case and "
               "phase, the router's top-k expert ids, renormalised weights and margins "
               "(`prefill/router/*`, `decode/router/*`) and the MoE block's input "
-              "(`prefill/moe_in`, `decode/moe_in`), with every router margin at least the root "
-              "attribute `router_margin_threshold` = %g (`golden/SCHEMA.md`, \"MoE\")."
+              "(`prefill/moe_in`, `decode/moe_in`, in place of `mlp_in`), with every router "
+              "margin at least the root attribute `router_margin_threshold` = %g "
+              "(`golden/SCHEMA.md`, \"MoE\")."
               % ("`, `".join(m.name for m in MOE + MOE_GVA), goldens.ROUTER_MARGIN_THRESHOLD)]
     hz = hazards.chunk_cases()
     lines += ["", "**Chunk hazards.** The fixtures with the big checkpoints' value-head ratios "

@@ -70,9 +70,11 @@ def top2_margin(row):
 
 
 def prefill_and_decode(model, state, tokens, n_decode, collect_hidden=True):
-    """Prefill `tokens` into state, then n_decode greedy steps. Everything float64 numpy."""
-    moe = {} if model.cfg.is_moe else None       # MoE: the router record and moe_in (moe.py)
-    logits, hidden = model.forward(tokens, state, collect_hidden=collect_hidden, moe_trace=moe)
+    """Prefill `tokens` into state, then n_decode greedy steps. Everything float64 numpy.
+    The residual after each mixer is traced (Model.forward's moe_trace): r["moe"] (MoE: moe_in
+    and the router record) or r["mlp"] (dense: mlp_in), each {"prefill": .., "decode": ..}."""
+    trace = {}                                   # the prefill's (model.store_moe_trace)
+    logits, hidden = model.forward(tokens, state, collect_hidden=collect_hidden, moe_trace=trace)
     r = {"logits": logits.numpy(), "hidden": None if hidden is None else hidden.numpy(),
          "state": state.arrays()}
     toks, rows, margins, steps = [], [], [], []
@@ -81,13 +83,12 @@ def prefill_and_decode(model, state, tokens, n_decode, collect_hidden=True):
         t, m = top2_margin(last)
         toks.append(t)
         margins.append(m)
-        steps.append({} if moe is not None else None)
+        steps.append({})
         lg, _ = model.forward([t], state, moe_trace=steps[-1])
         last = lg.numpy()[0]
         rows.append(last)
-    if moe is not None:
-        r["moe"] = {"prefill": moe, "decode": {k: np.concatenate(
-            [st[k] for st in steps], axis=1) if steps else moe[k][:, :0] for k in moe}}
+    r["moe" if model.cfg.is_moe else "mlp"] = {"prefill": trace, "decode": {k: np.concatenate(
+        [st[k] for st in steps], axis=1) if steps else trace[k][:, :0] for k in trace}}
     r["decode_tokens"] = np.array(toks, dtype=np.int64)
     # (V explicit: reshape(0, -1) is ambiguous and raises for n_decode = 0)
     r["decode_logits"] = np.array(rows, dtype=np.float64).reshape(n_decode, r["logits"].shape[-1])
@@ -215,6 +216,14 @@ def _write_moe(f, g, moe):
     _ds(f, g + "/moe_in", moe["moe_in"], np.float32)
 
 
+def _write_trace(f, g, r, phase):
+    """<g>/router/* and <g>/moe_in (MoE) or <g>/mlp_in (dense) of one phase, when traced."""
+    if "moe" in r:
+        _write_moe(f, g, r["moe"][phase])
+    elif "mlp" in r:
+        _ds(f, g + "/mlp_in", r["mlp"][phase]["mlp_in"], np.float32)
+
+
 def write_golden(path, model_dir, cases, seed):
     """Write a schema-v1 golden for the model in model_dir. cases: [(CaseSpec, run_case dict)].
     model_path is stored relative to the directory of `path`. Temp file + rename."""
@@ -251,15 +260,13 @@ def write_golden(path, model_dir, cases, seed):
             _ds(f, g + "/prefill/logits", r["logits"], np.float32)
             _ds(f, g + "/prefill/hidden", r["hidden"], np.float32)
             _write_state(f, g + "/prefill/state", r["state"])
-            if "moe" in r:
-                _write_moe(f, g + "/prefill", r["moe"]["prefill"])
+            _write_trace(f, g + "/prefill", r, "prefill")
             if spec.n_decode > 0:
                 _ds(f, g + "/decode/tokens", r["decode_tokens"], np.int32)
                 _ds(f, g + "/decode/logits", r["decode_logits"], np.float32)
                 _ds(f, g + "/decode/margins", r["margins"], np.float32)
                 _write_state(f, g + "/decode/state", r["decode_state"])
-                if "moe" in r:
-                    _write_moe(f, g + "/decode", r["moe"]["decode"])
+                _write_trace(f, g + "/decode", r, "decode")
     os.replace(tmp, path)
 
 

@@ -5,7 +5,7 @@ One case, `ctx4k`: a 4092-token prompt at position 0 with the export attribute m
 chunked DeltaNet inside each), then 4 greedy decode steps, so the last step attends over all
 4096 positions (the config's max_position_embeddings) -- 64 key blocks of 64 of a tiled
 attention (issue #16). The model is small where the golden grows with the context (vocabulary
-64, hidden size 8, one KV head of dimension 16) so the golden stays under 3 MB while holding
+64, hidden size 8, one KV head of dimension 16) so the golden stays under 3.5 MB while holding
 every dataset the schema requires of a golden (prefill logits and hidden states at every
 position, the states after prefill and after decode: golden/SCHEMA.md "Required and
 optional"). The prompt is drawn like every other case's (goldens.choose_case: seeds until every

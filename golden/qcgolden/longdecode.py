@@ -49,24 +49,27 @@ CASE = CaseSpec("decode2k", N_PROMPT, n_decode=N_DECODE,
 
 
 def run(model, seed):
-    """The case dict of goldens.run_case plus r["trace"] = {layer: {name: [M, ...]}}."""
+    """The case dict of goldens.run_case (with the mixer outputs: "mlp", as
+    goldens.prefill_and_decode's) plus r["trace"] = {layer: {name: [M, ...]}}."""
     rs = np.random.RandomState([seed & 0xFFFFFFFF, 0, 0])
     tokens = rs.randint(0, model.cfg.vocab_size, size=N_PROMPT)
     state = model.new_state()
-    logits, hidden = model.forward(tokens, state, collect_hidden=True)
+    mixed = {}                        # the prefill's mixer outputs (model.store_moe_trace)
+    logits, hidden = model.forward(tokens, state, collect_hidden=True, moe_trace=mixed)
     r = {"history_tokens": np.zeros(0, dtype=np.int64), "history_margins": np.zeros(0),
          "logits": logits.numpy(), "hidden": hidden.numpy(), "state": state.arrays(),
          "tokens": np.asarray(tokens, dtype=np.int64), "start_pos": 0,
          "prompt_seed": [seed, 0, 0]}
     want = set(TRACE_STEPS)
     trace = {}
-    toks, rows, margins = [], [], []
+    toks, rows, margins, steps = [], [], [], []
     last = r["logits"][-1]
     for s in range(N_DECODE):
         t, m = goldens.top2_margin(last)
         toks.append(t)
         margins.append(m)
-        lg, _ = model.forward([t], state)
+        steps.append({})
+        lg, _ = model.forward([t], state, moe_trace=steps[-1])
         last = lg.numpy()[0]
         rows.append(last)
         if s in want:
@@ -78,6 +81,8 @@ def run(model, seed):
     r["decode_logits"] = np.array(rows)
     r["margins"] = np.array(margins, dtype=np.float64)
     r["decode_state"] = state.arrays()
+    r["moe" if model.cfg.is_moe else "mlp"] = {"prefill": mixed, "decode": {
+        k: np.concatenate([st[k] for st in steps], axis=1) for k in mixed}}
     r["trace"] = {l: {n: np.stack(v) for n, v in d.items()} for l, d in trace.items()}
     return r
 

@@ -57,9 +57,10 @@ def forward_floats(c, T, past, hidden=True):
               + 6 * nv * Tp * max(dk, dv) + 4 * nv * Tp * 64 + 3 * nv * Tp * dv)
     layer = max(full if qconfig.FULL in c.layer_types else 0,
                 linear if qconfig.LINEAR in c.layer_types else 0)
-    if c.is_moe:  # router probabilities, the expert temporaries, moe_in kept per layer
+    if c.is_moe:  # router probabilities, the expert temporaries
         I = max(c.moe_intermediate_size, c.shared_expert_intermediate_size)
-        layer += 3 * T * c.num_experts + 2 * T * H + (L * T * H if hidden else 0)
+        layer += 3 * T * c.num_experts + 2 * T * H
+    layer += L * T * H  # moe_in / mlp_in kept per layer (traced in a history prefill too)
     return (2 * (L + 1) * T * H if hidden else 0) + 6 * T * H + 3 * T * I + layer + 2 * T * V
 
 
@@ -79,8 +80,9 @@ def estimate(c, cases):
         # one case's arrays: logits, decode logits, hidden, state after prefill and decode
         r = (T + S) * c.vocab_size + (c.num_hidden_layers + 1) * T * c.hidden_size + \
             state_floats(c, past + T) + state_floats(c, past + T + S)
-        if c.is_moe:  # moe_in and the router record of every position
-            r += c.num_hidden_layers * (T + S) * (c.hidden_size + 2 * c.num_experts_per_tok + 1)
+        # moe_in (MoE, and the router record) or mlp_in (dense) of every position
+        r += c.num_hidden_layers * (T + S) * (c.hidden_size + (
+            2 * c.num_experts_per_tok + 1 if c.is_moe else 0))
         results += r
         biggest = max(biggest, r)
     results += biggest  # the prompt search keeps the previous try until the next one is done

@@ -154,8 +154,9 @@ def mlp(x, W, p):
 
 
 def decoder_layer(h, i, W, cfg, st, positions, kernel, moe_trace=None):
-    """One layer; a MoE model's MLP is the MoE block (moe.py). moe_trace (a list, MoE only):
-    gets (moe_in = the residual after the mixer, the router record) appended."""
+    """One layer; a MoE model's MLP is the MoE block (moe.py). moe_trace (a list): gets (the
+    residual after the mixer = the MLP block's input, the router record; None for a dense
+    model) appended."""
     p = "layers.%d." % i
     u = rms_norm_1p(h, W[p + "input_layernorm.weight"], cfg.rms_norm_eps)
     if cfg.layer_types[i] == qconfig.LINEAR:
@@ -165,6 +166,8 @@ def decoder_layer(h, i, W, cfg, st, positions, kernel, moe_trace=None):
     h = h + u
     x = rms_norm_1p(h, W[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
     if not cfg.is_moe:
+        if moe_trace is not None:
+            moe_trace.append((h, None))
         return h + mlp(x, W, p + "mlp.")
     out, rec = moe.moe_block(x, W, p + "mlp.", cfg)
     if moe_trace is not None:
@@ -230,9 +233,10 @@ class Model:
         """tokens: ints [T] at positions state.pos ..; kernel: auto | chunk | recurrent.
         Returns (logits [T, V], hidden [L+1, T, H] or None) as float64 tensors; hidden[0] is the
         embedding output, hidden[i] the output of layer i-1, hidden[L] the final-norm output.
-        moe_trace (a dict, MoE models): filled with float64 numpy "moe_in" [L, T, H] (the
-        residual after each mixer), "topk_ids" int64 [L, T, k], "topk_weights" [L, T, k],
-        "router_margins" [L, T] (moe.py).
+        moe_trace (a dict): filled with float64 numpy "moe_in" [L, T, H] (the residual after
+        each mixer), "topk_ids" int64 [L, T, k], "topk_weights" [L, T, k], "router_margins"
+        [L, T] (moe.py) for a MoE model; with "mlp_in" [L, T, H] (the same residual, the
+        input of the dense MLP block) for a dense one.
         (stream.py runs the same steps layer-major for many calls: token_ids, decoder_layer,
         store_moe_trace, rms_norm_1p, the lm_head product.)"""
         cfg = self.cfg
@@ -240,7 +244,7 @@ class Model:
         positions = state.pos + torch.arange(ids.numel())
         h = self.W["embed_tokens.weight"][ids]                    # plain gather, no scaling
         hidden = [h]
-        layers = [] if (moe_trace is not None and cfg.is_moe) else None
+        layers = [] if moe_trace is not None else None
         for i in range(cfg.num_hidden_layers):
             h = decoder_layer(h, i, self.W, cfg, state.layers[i], positions, kernel, layers)
             hidden.append(h)
@@ -264,8 +268,13 @@ def token_ids(tokens, cfg):
 
 
 def store_moe_trace(layers, moe_trace):
-    """Model.forward's moe_trace dict from decoder_layer's [(moe_in, router record)] per layer."""
-    moe_trace["moe_in"] = torch.stack([m for m, _ in layers]).numpy()
+    """Model.forward's moe_trace dict from decoder_layer's [(residual after the mixer, router
+    record)] per layer: "moe_in" and the router record (MoE), or "mlp_in" (dense: no record)."""
+    mixed = torch.stack([m for m, _ in layers]).numpy()
+    if layers[0][1] is None:
+        moe_trace["mlp_in"] = mixed
+        return
+    moe_trace["moe_in"] = mixed
     for key, name in (("ids", "topk_ids"), ("weights", "topk_weights"),
                       ("margins", "router_margins")):
         moe_trace[name] = torch.stack([r[key] for _, r in layers]).numpy()

@@ -44,7 +44,7 @@ class _Call:
         self.ids = qmodel.token_ids(tokens, cfg)
         self.state, self.kernel = state, kernel
         self.collect_hidden, self.moe_trace = collect_hidden, moe_trace
-        self.layers = [] if (moe_trace is not None and cfg.is_moe) else None
+        self.layers = [] if moe_trace is not None else None
         self.positions = state.pos + torch.arange(self.ids.numel())
         self.h = self.hidden = self.logits = None
         self.done = False

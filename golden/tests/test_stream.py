@@ -114,6 +114,10 @@ def test_standard_cases_bit_identical(tmp_path, fixture):
     with h5py.File(st, "r") as f:          # the cases the comparison covered
         assert f["cases/cont"].attrs["start_pos"] == 48 and "history_tokens" in f["cases/cont"]
         assert f["cases/len130/decode/tokens"].shape == (8,)
+        mixed = "moe_in" if "moe" in fixture else "mlp_in"   # (dense: mlp_in; MoE: moe_in only)
+        assert f["cases/len130/prefill/" + mixed].shape[1] == 130
+        assert f["cases/cont/decode/" + mixed].shape[1] == 8
+        assert ("mlp_in" in f["cases/len005/prefill"]) == (mixed == "mlp_in")
 
 
 def test_tokens_history_decode_bit_identical(tmp_path):
@@ -152,6 +156,8 @@ def test_lm_head_blocks_bit_identical(fixture):
         for layer, t in ref[ph].items():
             for n, a in t.items():
                 assert got[ph][layer][n].tobytes() == a.tobytes(), (ph, layer, n)
+    for ph in ("prefill", "decode"):                 # the mixer outputs (dense: mlp_in)
+        assert got["mlp"][ph]["mlp_in"].tobytes() == ref["mlp"][ph]["mlp_in"].tobytes(), ph
 
 
 def test_forward_outside_run_jobs_is_refused():
