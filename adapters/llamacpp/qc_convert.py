@@ -33,10 +33,14 @@ Workarounds, each for a thing this machine or the fixtures lack:
 4. torch 1.13 has no `exp` for Half on the CPU, and the converter computes -exp(A_log) on the
    stored dtype. The F16 tensors of an F16 checkpoint are upcast to F32 when read (exact);
    --outtype decides the stored type afterwards as usual.
-5. The configs declare `mtp_num_hidden_layers` while most checkpoints carry no `mtp.*` tensors;
-   the converter then expects MTP blocks that are not there. With --mtp auto (default) the
-   converter's own `--no-mtp` flag is passed when the checkpoint has no `mtp.` tensor; keep /
-   drop force it. (The plugin never runs the MTP head.)
+5. MTP: with --mtp auto (default) the converter's own `--no-mtp` flag is passed whenever the
+   checkpoint has no `mtp.*` tensor, whatever config.json says: a config that declares
+   `mtp_num_hidden_layers` makes the converter expect MTP blocks that are not there, and a
+   config WITHOUT `mtp_num_hidden_layers` (and no mtp tensors) stops the stock v0.5.0
+   converter with a bare AssertionError (`assert self.opt_num_mtp_layers != 0`,
+   conversion/qwen.py, _QwenMtpMixin.__init__: it falls back to counting mtp tensors, which
+   are not counted yet when __init__ runs; FINDINGS.md). keep / drop force it. (The plugin
+   never runs the MTP head.)
 6. Opt-in only (--mrope-section auto; the plugin's fix_mrope=1): when config.json has no
    mrope_section, the converter writes Qwen's default [11, 11, 10, 0], which sums to 32 -- more
    than the head dim of a small model, and llama.cpp v0.5.0 then aborts at its first decode
@@ -81,6 +85,11 @@ def _safetensors_names(model_dir: str) -> list[str]:
                 continue
         names.extend(k for k in hdr if k != "__metadata__")
     return names
+
+
+def mtp_tensors_present(model_dir: str) -> bool:
+    """Whether any safetensors file of model_dir holds an mtp.* (or model.mtp.*) tensor."""
+    return any(n.startswith(("mtp.", "model.mtp.")) for n in _safetensors_names(model_dir))
 
 
 def _install_transformers_stub() -> None:
@@ -226,13 +235,12 @@ def main(argv: list[str]) -> int:
     conv_argv = [script, args.model_dir, "--outfile", args.outfile, "--outtype", args.outtype]
     if args.mtp == "drop":
         conv_argv.append("--no-mtp")
-    elif args.mtp == "auto":
-        declares = int(text_cfg.get("mtp_num_hidden_layers", 0) or 0) > 0
-        has = any(n.startswith(("mtp.", "model.mtp.")) for n in _safetensors_names(args.model_dir))
-        if declares and not has:
-            print("qc_convert: the config declares MTP layers the checkpoint lacks: --no-mtp",
-                  file=sys.stderr)
-            conv_argv.append("--no-mtp")
+    elif args.mtp == "auto" and not mtp_tensors_present(args.model_dir):
+        declares = int(text_cfg.get("mtp_num_hidden_layers", 0) or 0)
+        print("qc_convert: the checkpoint has no mtp.* tensor (config.json "
+              + (f"declares mtp_num_hidden_layers {declares}" if declares else "has no mtp_num_hidden_layers")
+              + "): --no-mtp", file=sys.stderr)
+        conv_argv.append("--no-mtp")
     print("qc_convert: " + " ".join(conv_argv[1:]), file=sys.stderr)
 
     sys.argv = conv_argv

@@ -31,6 +31,9 @@ int parse_options(qc_llama *h, const char *options) {
     h->poll = 0;
     h->guard = 1;
     h->n_seqs = 1;
+    h->rs_seq = 0;
+    h->snap_partial = 0;
+    h->want_fill = 1;
     h->reconvert = 0;
     if (!options || !options[0]) return QC_PLUGIN_OK;
     char buf[8192];
@@ -76,10 +79,18 @@ int parse_options(qc_llama *h, const char *options) {
             bad = parse_int(v, 0, 1, &h->fix_mrope);
         } else if (!strcmp(k, "seqs")) {
             bad = parse_int(v, 1, QC_LLAMACPP_MAX_SEQS, &h->n_seqs);
+        } else if (!strcmp(k, "rs_seq")) {
+            bad = parse_int(v, 0, 64, &h->rs_seq);
+        } else if (!strcmp(k, "snap")) {
+            if (!strcmp(v, "full")) h->snap_partial = 0;
+            else if (!strcmp(v, "partial")) h->snap_partial = 1;
+            else bad = 1;
+        } else if (!strcmp(k, "fill")) {
+            bad = parse_int(v, 0, 1, &h->want_fill);
         } else {
             return set_err(NULL, QC_PLUGIN_UNSUPPORTED,
                            "unknown option '%s' (gguf, outtype, mtp, kv, flash_attn, threads, "
-                           "n_ctx, hidden, state, poll, guard, reconvert, fix_mrope, seqs)", k);
+                           "n_ctx, hidden, state, poll, guard, reconvert, fix_mrope, seqs, rs_seq, snap, fill)", k);
         }
         if (bad) return set_err(NULL, QC_PLUGIN_UNSUPPORTED, "option %s=%s: invalid value", k, v);
     }

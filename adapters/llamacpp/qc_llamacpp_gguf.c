@@ -157,8 +157,10 @@ bool eval_cb(struct ggml_tensor *t, bool ask, void *ud) {
         float *dst = h->hidden + ((size_t)idx * h->cap_tokens + h->hid_rows[idx]) * h->H;
         if (tensor_rows(t, dst) == 0) h->hid_rows[idx] += rows;
     } else if (cl >= 0 && h->is_recr[cl]) {
-        /* conv_input: [K-1+n, C, 1]: keep the last K columns */
-        if (t->ne[1] != h->C || t->ne[0] < h->K || t->ne[2] != 1) return true;
+        /* conv_input: [K-1+n, C, 1] (the K-1 cached columns, then the n new ones): keep the
+         * last W = K + rs_seq columns of (the kept columns ++ the new ones), so that a trim by
+         * j <= rs_seq finds the window of the position it goes back to */
+        if (t->ne[1] != h->C || t->ne[0] < h->K || t->ne[2] != 1 || h->W > 128) return true;
         size_t need = (size_t)t->ne[0] * t->ne[1];
         if (need > h->conv_scratch_n) {
             float *p = realloc(h->conv_scratch, need * sizeof(float));
@@ -167,10 +169,17 @@ bool eval_cb(struct ggml_tensor *t, bool ask, void *ud) {
             h->conv_scratch_n = need;
         }
         if (tensor_rows(t, h->conv_scratch) != 0) return true;
-        int T = (int)t->ne[0];
-        float *w = h->conv_win + (size_t)cl * h->C * h->K;
-        for (int c = 0; c < h->C; c++)
-            for (int k = 0; k < h->K; k++) w[c * h->K + k] = h->conv_scratch[(size_t)c * T + (T - h->K + k)];
+        const int T = (int)t->ne[0], W = h->W, n = T - (h->K - 1), keep = W - h->K + 1;
+        float *w = conv_win_of(h, cl), old[128];
+        /* X = kept[0 .. keep) ++ conv_input[0 .. T) (W + n columns); new[k] = X[n + k] */
+        for (int c = 0; c < h->C; c++) {
+            float *row = w + (size_t)c * W;
+            memcpy(old, row, (size_t)W * sizeof(float));
+            for (int k = 0; k < W; k++) {
+                int i = n + k;
+                row[k] = i < keep ? old[i] : h->conv_scratch[(size_t)c * T + (i - keep)];
+            }
+        }
         h->conv_win_ok[cl] = 1;
     }
     return true;

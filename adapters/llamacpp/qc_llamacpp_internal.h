@@ -3,7 +3,8 @@
  * One handle per open (qc_llama); files by concern: qc_llamacpp_log.c (log ring, errors),
  * qc_llamacpp_convert.c (options, the GGUF conversion cache), qc_llamacpp_gguf.c (GGUF
  * metadata, the known-abort guard, cb_eval captures), qc_llamacpp_state.c (the state blob
- * parsed into canonical layouts, snapshots), qc_llamacpp_plugin.c (the ABI entries).
+ * parsed into canonical layouts), qc_llamacpp_lifecycle.c (snapshot / restore, sequences,
+ * trim, fill_state), qc_llamacpp_plugin.c (the ABI entries).
  * Return convention everywhere: QC_PLUGIN_OK (0) or a QC_PLUGIN_* code with h->err set.
  */
 #ifndef QC_LLAMACPP_INTERNAL_H
@@ -74,6 +75,11 @@ typedef struct {
     int reconvert;
     int fix_mrope;
     int n_seqs;                   /* seqs=N: llama.cpp sequences (n_seq_max), 1 = no SEQUENCES cap */
+    int rs_seq;                   /* rs_seq=N: n_rs_seq recurrent snapshots per sequence; >= 1
+                                     announces QC_CAP_TRIM (rollback of up to N positions) */
+    int snap_partial;             /* snap=partial: snapshots with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+                                     (recurrent part only; the KV cells trimmed on restore) */
+    int want_fill;                /* fill=0|1: announce QC_CAP_STATE_FILL (default 1 with state=1) */
     int raw_layout;               /* QC_LLAMACPP_LAYOUT=raw: no head reorder / transpose */
 
     /* llama.cpp */
@@ -88,6 +94,8 @@ typedef struct {
     int n_recr, n_full;
     int n_nextn;                  /* MTP (NextN) blocks after the main layers (kept in the GGUF) */
     int K, C;                     /* conv taps, conv channels */
+    int W;                        /* conv columns kept per channel: K + rs_seq (a trim by j <= rs_seq
+                                     shifts the window back by j columns) */
     int nk, nv, dk, dv;           /* linear-attention heads and head dims */
     int file_type;                /* general.file_type */
 
@@ -103,9 +111,10 @@ typedef struct {
     int hid_ok;                   /* the last forward captured every index fully */
     int capturing;
 
-    /* conv window capture: per layer, the last K columns of the graph's conv_input [C][K]
-     * (llama.cpp channel order); valid when conv_win_ok[il] */
-    float *conv_win;              /* [L * C * K] */
+    /* conv window capture: per layer, the last W columns of the graph's conv_input [C][W]
+     * (llama.cpp channel order; the window of the last position is its last K columns, the
+     * W - K older ones serve a trim); valid when conv_win_ok[il] */
+    float *conv_win;              /* [L * C * W] */
     int conv_win_ok[MAX_LAYERS];
     float *conv_scratch;          /* one conv_input tensor */
     size_t conv_scratch_n;
@@ -134,14 +143,14 @@ typedef struct {
         uint8_t *blob;            /* [n] llama_state_seq_get_data bytes */
         size_t n;
         int32_t pos;
-        float *conv_win;          /* [L * C * K] */
+        float *conv_win;          /* [L * C * W] */
         int conv_win_ok[MAX_LAYERS];
         int valid;
     } snap[QC_PLUGIN_MIN_SNAPSHOTS];
 
     struct {
         int32_t pos;
-        float *conv_win;          /* [L * C * K] */
+        float *conv_win;          /* [L * C * W] */
         int conv_win_ok[MAX_LAYERS];
     } seqs[QC_LLAMACPP_MAX_SEQS]; /* parked sequences (seqs[seq] unused while current) */
 
@@ -172,12 +181,20 @@ int convert_model(qc_llama *h, const char *model_dir, char *out, size_t n);
 int read_meta(qc_llama *h, const char *path); /* the dims from the GGUF; the abort guard */
 bool eval_cb(struct ggml_tensor *t, bool ask, void *ud); /* cb_eval: hidden + conv windows */
 
-/* ---- state (qc_llamacpp_state.c) ---- */
+/* ---- state (qc_llamacpp_state.c; the lifecycle entries in qc_llamacpp_lifecycle.c) ---- */
 static inline void invalidate_state(qc_llama *h) { h->blob_valid = 0; }
+/* llama_state_seq_get_data of the current sequence into h->blob, parsed (memoised) */
+int load_state(qc_llama *h);
 int p_get_state(void *handle, int32_t layer, int32_t kind, int32_t n_pos, float *dst);
 int p_snapshot(void *handle, int32_t slot);  /* QC_CAP_SNAPSHOT */
 int p_restore(void *handle, int32_t slot);
 int p_select_sequence(void *handle, int32_t seq); /* QC_CAP_SEQUENCES */
+int p_trim(void *handle, int32_t n_pos);          /* QC_CAP_TRIM (rs_seq >= 1) */
+int p_fill_state(void *handle, float value);      /* QC_CAP_STATE_FILL */
+/* floats in one conv window copy (every layer) */
+static inline size_t conv_win_floats(const qc_llama *h) { return (size_t)h->L * h->C * h->W; }
+/* the window of layer il's last position: its last K of W columns, row stride W */
+static inline float *conv_win_of(qc_llama *h, int il) { return h->conv_win + (size_t)il * h->C * h->W; }
 void free_snapshots(qc_llama *h);
 
 #endif /* QC_LLAMACPP_INTERNAL_H */

@@ -26,6 +26,16 @@
  *   reconvert=1       ignore a cached conversion (success or failure) and convert again
  *   seqs=N            llama.cpp sequences (n_seq_max, unified KV; default 1). With N >= 3 the
  *                     plugin announces QC_CAP_SEQUENCES (select_sequence)
+ *   rs_seq=N          llama_context_params.n_rs_seq = N recurrent-state snapshots per sequence
+ *                     (default 0). N >= 1 announces QC_CAP_TRIM: trim = llama_memory_seq_rm of
+ *                     the trailing positions, which llama.cpp serves for the recurrent state
+ *                     only from these snapshots (rollback of up to N positions of the last call)
+ *   snap=full|partial snapshot / restore through llama_state_seq_{get,set}_data (full, default)
+ *                     or the _ext variants with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (the
+ *                     recurrent part only, the KV cells past the snapshot dropped on restore:
+ *                     llama-server's context checkpoints; see README for what it measures)
+ *   fill=0|1          announce QC_CAP_STATE_FILL (default 1; fill_state writes the value into
+ *                     every element of the sequence's state blob and sets it back)
  *   fix_mrope=1       convert with qc_convert.py --mrope-section auto (a workaround, off by
  *                     default: rope sections summing to rotary_dim/2 when config.json has none)
  * Conversion: QC_LLAMACPP_PYTHON qc_convert.py into <cache>/gguf/<key>/ where key hashes the
@@ -104,6 +114,30 @@ static void p_close(void *handle) {
     free(h);
 }
 
+/* The context for the options: one n_ctx-token batch, sequences (unified KV), rollback
+ * snapshots, threads, KV type, flash attention, the cb_eval captures. */
+static struct llama_context_params context_params(qc_llama *h) {
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t)h->n_ctx;
+    cp.n_batch = (uint32_t)h->n_ctx;
+    cp.n_ubatch = 512;
+    cp.n_seq_max = (uint32_t)h->n_seqs;     /* independent sequences (select_sequence) */
+    cp.n_rs_seq = (uint32_t)h->rs_seq;      /* recurrent snapshots for a rollback (trim) */
+    if (h->n_seqs > 1) cp.kv_unified = true; /* ... sharing one n_ctx-cell KV buffer */
+    cp.n_threads = h->threads;
+    cp.n_threads_batch = h->threads;
+    cp.flash_attn_type = h->flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = h->kv_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    cp.type_v = h->kv_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    cp.embeddings = false;
+    cp.no_perf = true;
+    /* the captures split every llama_decode into a graph run per captured tensor: none when
+     * neither hidden states nor the state are wanted */
+    cp.cb_eval = h->want_hidden || h->want_state ? eval_cb : NULL;
+    cp.cb_eval_user_data = h->want_hidden || h->want_state ? h : NULL;
+    return cp;
+}
+
 static int p_open(const char *model_dir, const char *options, qc_plugin_info *info, void **handle) {
     *handle = NULL;
     g_open_err[0] = 0;
@@ -143,6 +177,12 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
         free(h);
         return rc;
     }
+    h->W = h->K + h->rs_seq;
+    if (h->W > 128) {
+        set_err(NULL, QC_PLUGIN_UNSUPPORTED, "rs_seq=%d: conv kernel %d + rs_seq must be <= 128", h->rs_seq, h->K);
+        free(h);
+        return QC_PLUGIN_UNSUPPORTED;
+    }
 
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
@@ -171,23 +211,7 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
         return QC_PLUGIN_ERROR;
     }
 
-    struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t)h->n_ctx;
-    cp.n_batch = (uint32_t)h->n_ctx;
-    cp.n_ubatch = 512;
-    cp.n_seq_max = (uint32_t)h->n_seqs;     /* independent sequences (select_sequence) */
-    if (h->n_seqs > 1) cp.kv_unified = true; /* ... sharing one n_ctx-cell KV buffer */
-    cp.n_threads = h->threads;
-    cp.n_threads_batch = h->threads;
-    cp.flash_attn_type = h->flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = h->kv_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
-    cp.type_v = h->kv_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
-    cp.embeddings = false;
-    cp.no_perf = true;
-    /* the captures split every llama_decode into a graph run per captured tensor: none when
-     * neither hidden states nor the state are wanted */
-    cp.cb_eval = h->want_hidden || h->want_state ? eval_cb : NULL;
-    cp.cb_eval_user_data = h->want_hidden || h->want_state ? h : NULL;
+    struct llama_context_params cp = context_params(h);
     h->ctx = llama_init_from_model(h->model, cp);
     if (!h->ctx) {
         set_err_log(NULL, QC_PLUGIN_ERROR, "cannot load: llama_init_from_model failed");
@@ -195,10 +219,10 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
         return QC_PLUGIN_ERROR;
     }
     apply_threads(h, h->threads);
-    h->conv_win = calloc((size_t)h->L * h->C * h->K, sizeof(float));
+    h->conv_win = calloc(conv_win_floats(h), sizeof(float));
     int seqs_ok = 1;
     for (int q = 0; q < h->n_seqs; q++)
-        seqs_ok &= (h->seqs[q].conv_win = calloc((size_t)h->L * h->C * h->K, sizeof(float))) != NULL;
+        seqs_ok &= (h->seqs[q].conv_win = calloc(conv_win_floats(h), sizeof(float))) != NULL;
     if (!h->conv_win || !seqs_ok) {
         set_err(NULL, QC_PLUGIN_ERROR, "out of memory");
         p_close(h);
@@ -212,7 +236,15 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
     info->n_layers = h->L;
     info->max_tokens_per_call = 0;
     info->max_context_len = (int32_t)llama_n_ctx(h->ctx);
+    if (h->rs_seq > 0 && llama_n_rs_seq(h->ctx) != (uint32_t)h->rs_seq) {
+        set_err(NULL, QC_PLUGIN_ERROR, "cannot load: llama_n_rs_seq returned %u for rs_seq=%d",
+                llama_n_rs_seq(h->ctx), h->rs_seq);
+        p_close(h);
+        return QC_PLUGIN_ERROR;
+    }
     info->caps = (h->want_state ? QC_CAP_STATE_READ | QC_CAP_SNAPSHOT : 0) | QC_CAP_THREADS |
+                 (h->want_state && h->want_fill ? QC_CAP_STATE_FILL : 0) |
+                 (h->rs_seq > 0 ? QC_CAP_TRIM : 0) |
                  (h->n_seqs >= QC_PLUGIN_MIN_SEQUENCES ? QC_CAP_SEQUENCES : 0) | (h->want_hidden ? QC_CAP_HIDDEN : 0);
     snprintf(info->name, sizeof info->name, "%s", h->name);
     *handle = h;
@@ -222,13 +254,19 @@ static int p_open(const char *model_dir, const char *options, qc_plugin_info *in
 static int p_reset(void *handle) {
     qc_llama *h = handle;
     if (!h) return QC_PLUGIN_ERROR;
-    llama_memory_seq_rm(llama_get_memory(h->ctx), h->seq, -1, -1); /* this sequence only */
+    /* One sequence: llama_memory_clear(data = true) zeroes the KV and recurrent buffers (the
+     * ABI's "every state buffer to exact zeros"). Several: only this sequence's cells can go
+     * (llama_memory_seq_rm), their data stays -- and llama.cpp "zeroes" a reused recurrent cell
+     * by scaling it by 0 and masks a stale KV cell by adding -inf, so a NaN left there
+     * survives (FINDINGS.md: garbage_reset with seqs >= 2) */
+    if (h->n_seqs == 1) llama_memory_clear(llama_get_memory(h->ctx), true);
+    else llama_memory_seq_rm(llama_get_memory(h->ctx), h->seq, -1, -1);
     h->pos = 0;
     h->cap_tokens = 0;
     h->hid_ok = 0;
     memset(h->hid_rows, 0, sizeof h->hid_rows);
     memset(h->conv_win_ok, 0, sizeof h->conv_win_ok);
-    memset(h->conv_win, 0, (size_t)h->L * h->C * h->K * sizeof(float));
+    memset(h->conv_win, 0, conv_win_floats(h) * sizeof(float));
     invalidate_state(h);
     return QC_PLUGIN_OK;
 }
@@ -340,12 +378,12 @@ static const qc_runtime_plugin g_plugin = {
     .last_error = p_last_error,
     .get_hidden = p_get_hidden,
     .get_state = p_get_state,
-    .fill_state = NULL,
+    .fill_state = p_fill_state,
     .set_option = p_set_option,
     .snapshot = p_snapshot,
     .restore = p_restore,
     .select_sequence = p_select_sequence,
-    .trim = NULL,            /* the recurrent memory cannot be rolled back in place */
+    .trim = p_trim,          /* announced with rs_seq >= 1 (llama.cpp's rollback snapshots) */
 };
 
 __attribute__((visibility("default"))) const qc_runtime_plugin *qc_runtime_plugin_entry(void) {

@@ -1,5 +1,6 @@
-/* qc_llamacpp_state.c — llama_state_seq_get_data parsed into the canonical state layouts; snapshots
- * (part of the llama.cpp plugin: see qc_llamacpp_internal.h) */
+/* qc_llamacpp_state.c — llama_state_seq_get_data parsed into the canonical state layouts
+ * (part of the llama.cpp plugin: see qc_llamacpp_internal.h; snapshots, sequences, trim and
+ * fill are in qc_llamacpp_lifecycle.c) */
 #define _GNU_SOURCE
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* paths are bounded by PATH_MAX_ */
 #include "qc_llamacpp_internal.h"
@@ -190,16 +191,24 @@ static int parse_rs(qc_llama *h, rd *r, char *why, size_t nw) {
     return r->bad ? -1 : 0;
 }
 
-static int load_state(qc_llama *h) {
+int load_state(qc_llama *h) {
     if (h->blob_valid) return QC_PLUGIN_OK;
     if (h->pos < 0) return set_err(h, QC_PLUGIN_ERROR, "get_state: the last forward failed");
     size_t n = llama_state_seq_get_size(h->ctx, h->seq);
-    if (n < 8) return set_err_log(h, QC_PLUGIN_ERROR, "get_state: llama_state_seq_get_size returned < 8");
+    char what[200];
+    if (n < 8) {
+        snprintf(what, sizeof what, "get_state: llama_state_seq_get_size(seq %d) returned %zu", h->seq, n);
+        return set_err_log(h, QC_PLUGIN_ERROR, what);
+    }
     uint8_t *b = realloc(h->blob, n);
     if (!b) return set_err(h, QC_PLUGIN_ERROR, "out of memory (state blob)");
     h->blob = b;
     size_t got = llama_state_seq_get_data(h->ctx, b, n, h->seq);
-    if (got != n) return set_err_log(h, QC_PLUGIN_ERROR, "get_state: llama_state_seq_get_data size mismatch");
+    if (got != n) {
+        snprintf(what, sizeof what, "get_state: llama_state_seq_get_data(seq %d) returned %zu, "
+                 "llama_state_seq_get_size %zu", h->seq, got, n);
+        return set_err_log(h, QC_PLUGIN_ERROR, what);
+    }
     h->blob_n = n;
     /* magic, seq id, then the hybrid memory: attention KV cache, then the recurrent memory.
      * The per-cell extension of the KV cache (M-RoPE: llama_kv_cell_ext, 12 bytes in v0.5.0)
@@ -329,25 +338,27 @@ int p_get_state(void *handle, int32_t layer, int32_t kind, int32_t n_pos, float 
         if (!h->is_recr[layer]) return set_err(h, QC_PLUGIN_ERROR, "get_state: layer %d is a full-attention layer", layer);
         int rl = sub_index(h, layer, 1);
         if (kind == QC_STATE_CONV) {
-            const int C = h->C, K = h->K;
+            const int C = h->C, K = h->K, W = h->W;
             memset(dst, 0, (size_t)C * K * sizeof(float));
             if (h->rs_cells == 0) return QC_PLUGIN_OK; /* fresh: zeros */
-            const float *win = h->conv_win_ok[layer] ? h->conv_win + (size_t)layer * C * K : NULL;
+            /* the last position's window: the last K of the W kept columns, row stride W */
+            const float *win = h->conv_win_ok[layer] ? conv_win_of(h, layer) + (W - K) : NULL;
             for (int c = 0; c < C; c++) {
                 int lc = conv_chan_llama(h, c);
                 /* llama.cpp's record: [C][K-1], oldest first: canonical columns 1..K-1 */
                 for (int k = 0; k < K - 1; k++) {
                     float v = elem(h->rs_r[rl], h->rs_rtype[rl], (size_t)lc * (K - 1) + k);
                     dst[(size_t)c * K + 1 + k] = v;
-                    if (win && win[(size_t)lc * K + 1 + k] != v) {
+                    float g = win ? win[(size_t)lc * W + 1 + k] : 0.0f;
+                    /* bit for bit (NaN after a fill included) */
+                    if (win && memcmp(&g, &v, sizeof v) != 0) {
                         return set_err(h, QC_PLUGIN_ERROR, "get_state: layer %d conv channel %d column %d: "
-                                       "state %g != graph conv_input %g", layer, c, k + 1, v,
-                                       win[(size_t)lc * K + 1 + k]);
+                                       "state %g != graph conv_input %g", layer, c, k + 1, v, g);
                     }
                 }
                 /* column 0 (the oldest), which llama.cpp does not keep: from the graph's
                  * conv_input of the last forward; zero when not captured */
-                dst[(size_t)c * K] = win ? win[(size_t)lc * K] : 0.0f;
+                dst[(size_t)c * K] = win ? win[(size_t)lc * W] : 0.0f;
             }
             return QC_PLUGIN_OK;
         }
@@ -366,112 +377,4 @@ int p_get_state(void *handle, int32_t layer, int32_t kind, int32_t n_pos, float 
         return QC_PLUGIN_OK;
     }
     return set_err(h, QC_PLUGIN_ERROR, "get_state: unknown kind %d", kind);
-}
-
-/* ===================================================================================== */
-/* snapshots                                                                             */
-/* ===================================================================================== */
-
-static int slot_ok(qc_llama *h, int32_t slot, const char *what) {
-    if (slot < 0 || slot >= QC_PLUGIN_MIN_SNAPSHOTS)
-        return set_err(h, QC_PLUGIN_ERROR, "%s: slot %d outside 0..%d", what, slot, QC_PLUGIN_MIN_SNAPSHOTS - 1);
-    return QC_PLUGIN_OK;
-}
-
-int p_snapshot(void *handle, int32_t slot) {
-    qc_llama *h = handle;
-    if (!h) return QC_PLUGIN_ERROR;
-    if (!h->want_state) return set_err(h, QC_PLUGIN_UNSUPPORTED, "snapshot: the state is off (state=0)");
-    if (slot_ok(h, slot, "snapshot")) return QC_PLUGIN_ERROR;
-    if (h->pos < 0) return set_err(h, QC_PLUGIN_ERROR, "snapshot: the last forward failed");
-    size_t n = llama_state_seq_get_size(h->ctx, h->seq);
-    size_t cw = (size_t)h->L * h->C * h->K;
-    uint8_t *b = malloc(n ? n : 1);
-    float *w = malloc((cw ? cw : 1) * sizeof(float));
-    if (!b || !w) {
-        free(b);
-        free(w);
-        return set_err(h, QC_PLUGIN_ERROR, "snapshot: out of memory (%zu bytes)", n);
-    }
-    if (llama_state_seq_get_data(h->ctx, b, n, h->seq) != n) {
-        free(b);
-        free(w);
-        return set_err_log(h, QC_PLUGIN_ERROR, "snapshot: llama_state_seq_get_data size mismatch");
-    }
-    memcpy(w, h->conv_win, cw * sizeof(float));
-    free(h->snap[slot].blob);
-    free(h->snap[slot].conv_win);
-    h->snap[slot].blob = b;
-    h->snap[slot].n = n;
-    h->snap[slot].conv_win = w;
-    h->snap[slot].pos = h->pos;
-    memcpy(h->snap[slot].conv_win_ok, h->conv_win_ok, sizeof h->conv_win_ok);
-    h->snap[slot].valid = 1;
-    return QC_PLUGIN_OK;
-}
-
-int p_restore(void *handle, int32_t slot) {
-    qc_llama *h = handle;
-    if (!h) return QC_PLUGIN_ERROR;
-    if (!h->want_state) return set_err(h, QC_PLUGIN_UNSUPPORTED, "restore: the state is off (state=0)");
-    if (slot_ok(h, slot, "restore")) return QC_PLUGIN_ERROR;
-    if (!h->snap[slot].valid) return set_err(h, QC_PLUGIN_ERROR, "restore: slot %d was never written", slot);
-    /* llama_state_seq_set_data replaces sequence 0's cells; clear them first so nothing of
-     * the current sequence (garbage included) survives */
-    llama_memory_seq_rm(llama_get_memory(h->ctx), h->seq, -1, -1);
-    ring_clear();
-    size_t got = llama_state_seq_set_data(h->ctx, h->snap[slot].blob, h->snap[slot].n, h->seq);
-    invalidate_state(h);
-    h->cap_tokens = 0;
-    h->hid_ok = 0;
-    memset(h->hid_rows, 0, sizeof h->hid_rows);
-    if (got != h->snap[slot].n) {
-        h->pos = -1;
-        return set_err_log(h, QC_PLUGIN_ERROR, "restore: llama_state_seq_set_data did not take the snapshot");
-    }
-    h->pos = h->snap[slot].pos;
-    memcpy(h->conv_win, h->snap[slot].conv_win, (size_t)h->L * h->C * h->K * sizeof(float));
-    memcpy(h->conv_win_ok, h->snap[slot].conv_win_ok, sizeof h->conv_win_ok);
-    return QC_PLUGIN_OK;
-}
-
-/* ===================================================================================== */
-/* sequences                                                                             */
-/* ===================================================================================== */
-
-int p_select_sequence(void *handle, int32_t seq) {
-    qc_llama *h = handle;
-    if (!h) return QC_PLUGIN_ERROR;
-    if (seq < 0 || seq >= h->n_seqs)
-        return set_err(h, QC_PLUGIN_UNSUPPORTED, "select_sequence: %d outside 0..%d (option seqs=%d)", seq,
-                       h->n_seqs - 1, h->n_seqs);
-    if (seq == h->seq) return QC_PLUGIN_OK;
-    size_t cw = (size_t)h->L * h->C * h->K * sizeof(float);
-    /* park the current sequence's plugin-side fields, take the other's */
-    h->seqs[h->seq].pos = h->pos;
-    memcpy(h->seqs[h->seq].conv_win, h->conv_win, cw);
-    memcpy(h->seqs[h->seq].conv_win_ok, h->conv_win_ok, sizeof h->conv_win_ok);
-    h->seq = seq;
-    h->pos = h->seqs[seq].pos;
-    memcpy(h->conv_win, h->seqs[seq].conv_win, cw);
-    memcpy(h->conv_win_ok, h->seqs[seq].conv_win_ok, sizeof h->conv_win_ok);
-    invalidate_state(h);
-    h->cap_tokens = 0; /* hidden states belong to the last forward of the sequence that ran it */
-    h->hid_ok = 0;
-    memset(h->hid_rows, 0, sizeof h->hid_rows);
-    return QC_PLUGIN_OK;
-}
-
-void free_snapshots(qc_llama *h) {
-    for (int s = 0; s < QC_LLAMACPP_MAX_SEQS; s++) {
-        free(h->seqs[s].conv_win);
-        h->seqs[s].conv_win = NULL;
-    }
-    for (int s = 0; s < QC_PLUGIN_MIN_SNAPSHOTS; s++) {
-        free(h->snap[s].blob);
-        free(h->snap[s].conv_win);
-        h->snap[s].blob = NULL;
-        h->snap[s].conv_win = NULL;
-        h->snap[s].valid = 0;
-    }
 }

@@ -24,7 +24,13 @@ The outcome of a run:
   error           anything else (usage / I/O error, nothing checked)
 A run matches its expectation when the outcome is the same and, if the expectation has
 "reason_contains", the reason contains that text (runs of blanks compared as one) (so a different defect behind the same outcome
-is noticed). Exit 0 when every run matches, 1 when any outcome changed (listed), 2 on a usage
+is noticed), and, if it has "checks" ({lifecycle check: PASS | FAIL | SKIP | ERROR}), every
+lifecycle check's verdict over the run's rows (FAIL if any row failed, else ERROR if any
+errored, else PASS if any passed, else SKIP) is the recorded one and no other lifecycle
+check ran. Each run's lifecycle verdicts are printed under it. --update-checks writes the
+measured verdicts into "checks" (of every run that has a report) and rewrites the file
+(json, indent 2: the file's own format); outcomes and reasons stay hand-recorded.
+Exit 0 when every run matches, 1 when any outcome changed (listed), 2 on a usage
 error. The last line is "gate: N passed, M failed".
 """
 from __future__ import annotations
@@ -87,11 +93,37 @@ def classify(rdir: str, run: str) -> tuple[str, str]:
     return "error", f"exit status {rc}: {err_tail}"
 
 
+LIFECYCLE = ("garbage_reset", "restore_after_garbage", "snapshot_restore", "snapshot_copy",
+             "snapshot_chunk_boundary", "rollback", "rollback_trim", "prefix_reuse",
+             "multi_sequence", "batch_invariance")
+
+
+def lifecycle_verdicts(rdir: str, run: str) -> dict | None:
+    """{check: aggregated verdict} of the lifecycle checks in <run>.json (None: no report)."""
+    try:
+        with open(os.path.join(rdir, run + ".json")) as f:
+            rep = json.load(f)
+    except (OSError, ValueError):
+        return None
+    seen: dict[str, set] = {}
+    for c in rep.get("checks", []):
+        if c.get("check") in LIFECYCLE:
+            seen.setdefault(c["check"], set()).add(c.get("verdict"))
+    out = {}
+    for k in LIFECYCLE:
+        if k in seen:
+            v = seen[k]
+            out[k] = "FAIL" if "FAIL" in v else "ERROR" if "ERROR" in v else "PASS" if "PASS" in v else "SKIP"
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--expect", required=True)
     ap.add_argument("--reports", required=True)
     ap.add_argument("--fixtures", help="fixtures dir: a fixture there without an expectation fails")
+    ap.add_argument("--update-checks", action="store_true",
+                    help="write the measured lifecycle verdicts into expectations.json")
     args = ap.parse_args()
     try:
         with open(args.expect) as f:
@@ -106,6 +138,7 @@ def main() -> int:
             for var, ve in sorted(e.get("variants", {}).items()):
                 runs.append((f"{prefix}{fx}@{var}", fx, ve))
     ok = bad = 0
+    updated = False
     if args.fixtures:
         for fx in sorted(os.listdir(args.fixtures)):
             if os.path.isfile(os.path.join(args.fixtures, fx, "golden.h5")) and fx not in exp.get("fixtures", {}):
@@ -128,14 +161,30 @@ def main() -> int:
             except OSError:
                 pass
         match = outcome == want and (not rc_ or squeeze(rc_) in squeeze(full))
+        lv = lifecycle_verdicts(args.reports, run)
+        if args.update_checks and lv is not None:
+            e["checks"] = lv
+            updated = True
+        diff = []
+        if "checks" in e:
+            got = lv or {}
+            diff = [f"{k}: expected {e['checks'].get(k, 'not run')}, got {got.get(k, 'not run')}"
+                    for k in LIFECYCLE if e["checks"].get(k) != got.get(k)]
         short = (shown[:300] + "...") if len(shown) > 300 else shown
-        if match:
+        if match and not diff:
             ok += 1
             print(f"gate: ok       {run}: {outcome}" + (f" -- {short}" if short else ""))
         else:
             bad += 1
             print(f"gate: CHANGED  {run}: expected {want}" + (f" (reason containing {rc_!r})" if rc_ else "") +
-                  f", got {outcome}" + (f" -- {short}" if short else ""))
+                  f", got {outcome}" + (f" -- {short}" if short else "") +
+                  ("; lifecycle " + "; ".join(diff) if diff else ""))
+        if lv:
+            print("gate:            lifecycle: " + ", ".join(f"{k} {v}" for k, v in lv.items()))
+    if updated:
+        with open(args.expect, "w") as f:
+            f.write(json.dumps(exp, indent=2, ensure_ascii=False) + "\n")
+        print(f"gate: lifecycle verdicts written into {args.expect}")
     print(f"gate: {ok} passed, {bad} failed")
     return 1 if bad else 0
 

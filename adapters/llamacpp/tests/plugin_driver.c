@@ -12,6 +12,8 @@
  *   hidden SAVE N                 every index 0..L of the last forward, [L+1, N, H]
  *   state SAVE LAYER KIND NPOS COUNT    get_state into COUNT floats
  *   option KEY VALUE              set_option
+ *   fill VALUE                    fill_state (a float, nan, or 0xXXXXXXXX: the bits, e.g. 0x3e3e3e3e)
+ *   snapshot SLOT | restore SLOT | select SEQ | trim NPOS   the lifecycle entries (ABI v1 additions)
  *   close
  *
  * After each command it prints one line to stdout: "ok ..." or "err RC MESSAGE" (RC 1 error,
@@ -22,6 +24,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +219,35 @@ int main(int argc, char **argv) {
                 continue;
             }
             reply(api->set_option(handle, k ? k : "", v ? v : ""), NULL);
+        } else if (!strcmp(cmd, "fill") || !strcmp(cmd, "snapshot") || !strcmp(cmd, "restore") ||
+                   !strcmp(cmd, "select") || !strcmp(cmd, "trim")) {
+            char *a = strtok_r(NULL, " \t\r\n", &save_ptr);
+            if (!a) {
+                printf("err 1 %s: no argument\n", cmd);
+                fflush(stdout);
+                continue;
+            }
+            int life = api->struct_size >= QC_PLUGIN_LIFECYCLE_SIZE;
+            int (*fn)(void *, int32_t) = !life ? NULL
+                : !strcmp(cmd, "snapshot") ? api->snapshot : !strcmp(cmd, "restore") ? api->restore
+                : !strcmp(cmd, "select") ? api->select_sequence : !strcmp(cmd, "trim") ? api->trim : NULL;
+            if (!strcmp(cmd, "fill")) {
+                /* a float, "nan", or 0xXXXXXXXX: the bit pattern (0x3e3e3e3e) */
+                float v;
+                if (!strncmp(a, "0x", 2)) {
+                    uint32_t bits = (uint32_t)strtoul(a, NULL, 16);
+                    memcpy(&v, &bits, sizeof v);
+                } else {
+                    v = strtof(a, NULL);
+                }
+                if (!api->fill_state) printf("err 2 no fill_state\n");
+                else reply(api->fill_state(handle, v), NULL);
+            } else if (!fn) {
+                printf("err 2 no %s entry\n", cmd);
+            } else {
+                reply(fn(handle, (int32_t)atoi(a)), NULL);
+            }
+            fflush(stdout);
         } else if (!strcmp(cmd, "close")) {
             api->close(handle);
             handle = NULL;
