@@ -23,8 +23,10 @@
 #include "qc/qc_reference.h"
 #include "qc_ref_blocks.h"
 #include "qc_ref_deltanet.h"
+#include "qc_ref_faults.h"
 #include "qc_ref_moe.h"
-#include "qc/qc_reference_hooks.h"
+
+static qc_status ref_set_option(qc_backend *be, const char *key, const char *value, qc_err *err);
 
 /* ===================================================================================== */
 /* Private types                                                                          */
@@ -374,6 +376,7 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
     be->step_norm = ref_step_norm;
     be->step_logits = ref_step_logits;
     be->destroy = ref_destroy;
+    be->set_option = ref_set_option;
     be->describe = ref_describe;
     be->max_chunk_tokens = 0; /* the chunk scratch holds max_tokens: any min(chunk_size, n) */
     R->cfg = c;
@@ -447,7 +450,7 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
             M->sh_up = &w->sh_up;
             M->sh_down = &w->sh_down;
             M->sh_expert_gate = &w->sh_expert_gate;
-            M->fault = QC_REF_MOE_FAULT_NONE;
+            M->ops = &qc_ref_moe_spec;
         }
     }
     *out = be;
@@ -455,24 +458,28 @@ qc_status qc_reference_create(const qc_model *m, const qc_backend_opts *o, qc_ba
 }
 
 /* ===================================================================================== */
-/* Test-only hooks (qc/qc_reference_hooks.h)                                                   */
+/* Options: the self-test's variants (qc_ref_faults.h)                                    */
 /* ===================================================================================== */
 
-qc_status qc_ref_test_unguarded_exp(qc_backend *be, int on, qc_err *err) {
-    if (!be || be->forward != ref_forward || !be->impl)
-        return qc_errf(err, QC_ERR_ARG, "unguarded exp: not a reference backend");
-    ((ref_impl *)be->impl)->dn.chunk.unguarded_exp = on != 0;
-    return QC_OK;
-}
-
-qc_status qc_ref_test_moe_fault(qc_backend *be, int fault, qc_err *err) {
-    if (!be || be->forward != ref_forward || !be->impl)
-        return qc_errf(err, QC_ERR_ARG, "moe fault: not a reference backend");
+static qc_status ref_set_option(qc_backend *be, const char *key, const char *value, qc_err *err) {
     ref_impl *R = (ref_impl *)be->impl;
-    if (!qc_cfg_is_moe(R->cfg))
-        return qc_errf(err, QC_ERR_ARG, "moe fault: the model is not a mixture-of-experts model");
-    if (fault < QC_REF_MOE_FAULT_NONE || fault > QC_REF_MOE_FAULT_GATE_DROP)
-        return qc_errf(err, QC_ERR_ARG, "moe fault: unknown fault %d", fault);
-    for (int i = 0; i < R->cfg->n_layers; i++) R->layers[i].moe.fault = fault;
-    return QC_OK;
+    if (!strcmp(key, "fault.unguarded_exp")) {
+        if (strcmp(value, "0") && strcmp(value, "1"))
+            return qc_errf(err, QC_ERR_ARG, "reference: option %s: '%s' is not 0 or 1", key, value);
+        R->dn.chunk.decay = qc_ref_fault_decay(value[0] == '1');
+        return QC_OK;
+    }
+    if (!strcmp(key, "fault.moe")) {
+        const qc_ref_moe_ops *ops = qc_ref_fault_moe(value);
+        if (!ops)
+            return qc_errf(err, QC_ERR_ARG, "reference: option %s: unknown variant '%s' (%s)", key,
+                           value, qc_ref_fault_moe_names());
+        if (!qc_cfg_is_moe(R->cfg))
+            return qc_errf(err, QC_ERR_ARG, "reference: option %s: the model is not a "
+                           "mixture-of-experts model", key);
+        for (int i = 0; i < R->cfg->n_layers; i++) R->layers[i].moe.ops = ops;
+        return QC_OK;
+    }
+    return qc_errf(err, QC_ERR_ARG, "reference: unknown option '%s' (fault.unguarded_exp, "
+                   "fault.moe)", key);
 }

@@ -34,11 +34,16 @@ size_t qc_ref_dn_scratch_floats(const qc_ref_dn_dims *d, int max_chunk) {
            + C * dv;    /* Vn */
 }
 
+/* exp(gamma_r - gamma_c), c <= r: the difference from the double sums in an exact chunk. */
+float qc_ref_dn_decay(const qc_ref_dn_scratch *s, int r, int c, int exact) {
+    return expf(exact ? (float)(s->gamma_d[r] - s->gamma_d[c]) : s->gamma[r] - s->gamma[c]);
+}
+
 void qc_ref_dn_scratch_init(qc_ref_dn_scratch *s, const qc_ref_dn_dims *d, int max_chunk,
                             float *buf) {
     size_t C = (size_t)max_chunk, dk = (size_t)d->k_dim, dv = (size_t)d->v_dim;
     s->max_chunk = max_chunk;
-    s->unguarded_exp = 0;
+    s->decay = qc_ref_dn_decay;
     if ((uintptr_t)(void *)buf % sizeof(double)) buf++; /* the +1 float of the count */
     s->gamma_d = (double *)(void *)buf; buf += 2 * C;
     s->gamma = buf;            buf += C;
@@ -124,11 +129,8 @@ static void dn_chunk(const qc_ref_dn_dims *d, int c0, int Lc, int j, int kh, con
             gamma[r] = (float)acc;
         }
     }
-/* exp(gamma_r - gamma_c), c <= r: the difference from the double sums in an exact chunk; the
- * test-only fault factors it as exp(gamma_r) * exp(-gamma_c) (unguarded: Inf * 0) */
-#define DECAY(r, c)                                                                       \
-    (s->unguarded_exp ? expf(gamma[r]) * expf(-gamma[c])                                  \
-     : expf(exact ? (float)(s->gamma_d[r] - s->gamma_d[c]) : gamma[r] - gamma[c]))
+/* exp(gamma_r - gamma_c), c <= r (s->decay: qc_ref_dn_decay) */
+#define DECAY(r, c) s->decay(s, (r), (c), exact)
 
     /* 2. M = -strictly_lower( (k_beta K^T) .* D ), D[r,s] = exp(gamma_r - gamma_s). */
     for (int r = 0; r < Lc; r++) {

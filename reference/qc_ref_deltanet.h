@@ -26,14 +26,22 @@ typedef struct {
     int v_dim;     /* dv */
 } qc_ref_dn_dims;
 
+typedef struct qc_ref_dn_scratch qc_ref_dn_scratch;
+
+/* The pairwise decay exp(gamma_r - gamma_c) (c <= r) of the chunk being computed, from
+ * s->gamma (or s->gamma_d when exact: see QC_REF_DN_GAMMA_EXACT). */
+typedef float (*qc_ref_dn_decay_fn)(const qc_ref_dn_scratch *s, int r, int c, int exact);
+
+/* The model's decay: expf of the difference (qc_ref_dn_scratch_init installs it). */
+float qc_ref_dn_decay(const qc_ref_dn_scratch *s, int r, int c, int exact);
+
 /* Scratch of the chunked kernel for chunks of up to max_chunk tokens (caller-owned). */
-typedef struct {
+struct qc_ref_dn_scratch {
     int max_chunk;  /* capacity in tokens */
     double *gamma_d; /* [max_chunk] the same in double, for chunks whose |gamma| is large
                         (see QC_REF_DN_GAMMA_EXACT) */
-    int unguarded_exp; /* test-only (0 normally): the self-test's pytorch/executorch#21417
-                          fault, decay ratios exp(gamma_r - gamma_c) computed as the factored
-                          exp(gamma_r) * exp(-gamma_c), which overflows to Inf * 0 = NaN */
+    qc_ref_dn_decay_fn decay; /* qc_ref_dn_decay; a test variant replaces it through the
+                                 backend's set_option (qc_ref_faults.c), never the kernel */
     float *gamma;   /* [max_chunk] cumulative log-decay inside the chunk */
     float *T;       /* [max_chunk, max_chunk] A, then the unit lower-triangular inverse */
     float *trow;    /* [max_chunk] one row of A before it is updated (forward substitution) */
@@ -43,7 +51,7 @@ typedef struct {
     float *U;       /* [max_chunk, dv] T @ v_beta */
     float *W;       /* [max_chunk, dk] T @ (k_beta * exp(gamma)) */
     float *Vn;      /* [max_chunk, dv] U - W S ("new values") */
-} qc_ref_dn_scratch;
+};
 
 /* Above this |gamma_last| (the chunk's total log-decay) the float32 cumulative sum has lost
  * too much absolute precision for its differences gamma_r - gamma_c (an ulp of 1024 is 1.2e-4,

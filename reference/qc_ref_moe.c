@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "qc_ref_blocks.h"
-#include "qc/qc_reference_hooks.h"
 
 /* ===================================================================================== */
 /* Scratch                                                                                */
@@ -74,6 +73,32 @@ static qc_tensor expert_view(const qc_tensor *t, int e) {
     return v;
 }
 
+/* ---- the model's steps (qc_ref_moe_spec) ---- */
+
+/* top-k: repeatedly the most probable expert not yet taken (ties: lower id). */
+void qc_ref_moe_topk(const float *p, int E, int k, float *ids) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= (int)ids[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        ids[j] = (float)best;
+    }
+}
+
+static float renormalised(float p, float psum) { return p / psum; }
+
+static float sigmoid_gate(float logit) { return qc_ref_sigmoid(logit); }
+
+/* out = routed + g * shared: the gate scales the shared expert only */
+static void gate_shared(float *out, const float *s, float g, int H) {
+    for (int i = 0; i < H; i++) out[i] = out[i] + g * s[i];
+}
+
+const qc_ref_moe_ops qc_ref_moe_spec = {qc_ref_moe_topk, renormalised, sigmoid_gate, gate_shared};
+
 /* Router of one token: logits, fp32 softmax over all E, the top-k ids (descending p) and their
  * weights into route[2k]; the chosen ids ascending into s->chosen. */
 static void route_token(const float *x, const qc_ref_moe_layer *L, qc_ref_moe_scratch *s,
@@ -88,28 +113,14 @@ static void route_token(const float *x, const qc_ref_moe_layer *L, qc_ref_moe_sc
     for (int e = 0; e < E; e++) sum += (s->prob[e] = expf(s->logits[e] - mx));
     for (int e = 0; e < E; e++) s->prob[e] = s->prob[e] / sum;
 
-    /* top-k: repeatedly the most probable expert not yet taken (ties: lower id). The fault
-     * TOPK_NEXT takes one more and drops the k-th, so slot k-1 holds the (k+1)-th. */
-    const int take = (L->fault == QC_REF_MOE_FAULT_TOPK_NEXT && k < E) ? k + 1 : k;
-    float *ids = s->chosen; /* [take], descending p for now */
-    for (int j = 0; j < take; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int q = 0; q < j; q++) taken |= (int)ids[q] == e;
-            if (!taken && (best < 0 || s->prob[e] > s->prob[best])) best = e;
-        }
-        ids[j] = (float)best;
-    }
-    if (take > k) ids[k - 1] = ids[k];
-
-    /* renormalise: w_j = p_j / (p_1 + ... + p_k) (the fault NO_RENORM keeps p_j) */
+    /* top-k, descending p; w_j = p_j / (p_1 + ... + p_k) */
+    float *ids = s->chosen; /* [k], descending p for now */
+    L->ops->choose(s->prob, E, k, ids);
     float psum = 0.0f;
     for (int j = 0; j < k; j++) psum += s->prob[(int)ids[j]];
     for (int j = 0; j < k; j++) {
-        const float p = s->prob[(int)ids[j]];
         route[j] = ids[j];
-        route[k + j] = L->fault == QC_REF_MOE_FAULT_NO_RENORM ? p : p / psum;
+        route[k + j] = L->ops->weight(s->prob[(int)ids[j]], psum);
     }
 
     /* the experts are visited in ascending id (insertion sort of k ids) */
@@ -150,11 +161,6 @@ void qc_ref_moe(float *out, const float *x, int n, const qc_ref_moe_layer *L,
         qc_ref_mlp(s->shared, xt, 1, H, Is, L->sh_gate, L->sh_up, L->sh_down, s->sgate, s->sup,
                    s->row);
         const float *gw = qc_ref_weight_row(L->sh_expert_gate, 0, H, s->eo);
-        const float g = L->fault == QC_REF_MOE_FAULT_GATE_DROP ? 1.0f
-                                                                : qc_ref_sigmoid(qc_ref_dot(xt, gw, H));
-        if (L->fault == QC_REF_MOE_FAULT_GATE_ALL)
-            for (int i = 0; i < H; i++) ot[i] = g * (ot[i] + s->shared[i]);
-        else
-            for (int i = 0; i < H; i++) ot[i] = ot[i] + g * s->shared[i];
+        L->ops->combine(ot, s->shared, L->ops->gate(qc_ref_dot(xt, gw, H)), H);
     }
 }

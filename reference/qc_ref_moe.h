@@ -10,6 +10,29 @@
 
 #include "qc/qc_model.h"
 
+/* The steps of the block that a port can get wrong, as a table (qc_ref_moe_spec: the model;
+ * the self-test's variants live in qc_ref_faults.c, reached through the backend's set_option:
+ * the kernel itself has no fault branch). */
+typedef struct {
+    /* ids[0..k) := the k experts of highest p[0..E), descending (equal p: the lower id first);
+     * ids has room for k + 1 */
+    void (*choose)(const float *p, int E, int k, float *ids);
+    /* the weight of a chosen expert of probability p (psum: the chosen ones' sum) */
+    float (*weight)(float p, float psum);
+    /* the shared expert's gate from its logit sh_expert_gate . x */
+    float (*gate)(float logit);
+    /* out[H] (the routed experts' sum) := the block's output with the shared expert's
+     * output s[H] and its gate g */
+    void (*combine)(float *out, const float *s, float g, int H);
+} qc_ref_moe_ops;
+
+/* The model (docs/qwen35-model.md "MoE"): top-k, renormalised, sigmoid gate on the shared
+ * expert only. */
+extern const qc_ref_moe_ops qc_ref_moe_spec;
+
+/* The top-k step of qc_ref_moe_spec (a variant may build on it). */
+void qc_ref_moe_topk(const float *p, int E, int k, float *ids);
+
 /* Geometry and weights of one MoE block (views of the model's tensors). */
 typedef struct {
     int hidden;        /* H */
@@ -23,7 +46,7 @@ typedef struct {
     const qc_tensor *sh_gate, *sh_up; /* [Is, H] */
     const qc_tensor *sh_down;        /* [H, Is] */
     const qc_tensor *sh_expert_gate; /* [1, H] */
-    int fault;         /* QC_REF_MOE_FAULT_* of qc/qc_reference_hooks.h; 0 in normal use */
+    const qc_ref_moe_ops *ops; /* &qc_ref_moe_spec (a test variant: qc_ref_faults.c) */
 } qc_ref_moe_layer;
 
 /* Scratch of qc_ref_moe for up to n_max tokens (carved by qc_ref_moe_scratch_init). */

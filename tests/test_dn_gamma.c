@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../reference/qc_ref_deltanet.h"
+#include "../reference/qc_ref_faults.h"
 
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
 static double urand(void) { /* [-1, 1) */
@@ -130,7 +131,7 @@ START_TEST(unguarded_exp_fault_is_nan) {
     float S[DK * DV] = {0}, o[N * DV];
     qc_ref_dn_chunked(&d, N, q, k, v, g, beta, S, o, 64, &s);
     for (int i = 0; i < N * DV; i++) ck_assert(isfinite(o[i]));
-    s.unguarded_exp = 1;
+    s.decay = qc_ref_fault_decay(1); /* the fault.unguarded_exp variant */
     memset(S, 0, sizeof S);
     qc_ref_dn_chunked(&d, N, q, k, v, g, beta, S, o, 64, &s);
     int first = -1;

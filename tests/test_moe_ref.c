@@ -1,7 +1,7 @@
 /* test_moe_ref.c — the reference MoE block (reference/qc_ref_moe.c):
  *   1. a hand-computed case (H 2, E 3, k 2, Ie 1, Is 1): every logit, probability, choice,
  *      weight and output written as a closed form of e = exp(1) and sigmoids, and each of the
- *      three test-hook faults changing the output exactly as its closed form says;
+ *      three of the reference's fault variants (fault.moe, qc_ref_faults.h) changing the output exactly as its closed form says;
  *   2. the whole reference backend on synthetic MoE models (F32 and BF16, nv = nk and 2 nk):
  *      the "moe_in" / "router_topk" traces, and hidden[i+1] - moe_in[i] equal to this file's own
  *      float64 MoE block applied to RMSNorm(moe_in[i]) with the model's weights;
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "../reference/qc_ref_moe.h"
-#include "qc/qc_reference_hooks.h"
+#include "../reference/qc_ref_faults.h"
 #include "qc/qc_backend.h"
 #include "qc/qc_model.h"
 #include "qc/qc_reference.h"
@@ -42,11 +42,11 @@ static const float GU[3 * 2 * 2] = {1, 0, 0, 1, /* e0 */ 0, 1, 1, 0, /* e1 */ 3,
 static const float DN[3 * 2 * 1] = {1, -1, 0.5f, 2, 10, 10};
 static const float SG[2] = {1, 1}, SU[2] = {1, -1}, SD[2] = {1, 2}, SEG[2] = {0.5f, -0.5f};
 
-static void run_block(int fault, float out[2], float route[4]) {
+static void run_block(const char *fault, float out[2], float route[4]) {
     qc_tensor r = f32(2, 3, 2, 0, WR), gu = f32(3, 3, 2, 2, GU), dn = f32(3, 3, 2, 1, DN);
     qc_tensor sg = f32(2, 1, 2, 0, SG), su = f32(2, 1, 2, 0, SU), sd = f32(2, 2, 1, 0, SD);
     qc_tensor seg = f32(2, 1, 2, 0, SEG);
-    qc_ref_moe_layer L = {2, 3, 2, 1, 1, &r, &gu, &dn, &sg, &su, &sd, &seg, fault};
+    qc_ref_moe_layer L = {2, 3, 2, 1, 1, &r, &gu, &dn, &sg, &su, &sd, &seg, qc_ref_fault_moe(fault)};
     size_t nf = qc_ref_moe_scratch_floats(2, 3, 2, 1, 1, 1);
     ck_assert_uint_lt(nf, 64);
     float *buf = malloc(nf * sizeof(float));
@@ -69,7 +69,7 @@ START_TEST(test_hand_case) {
     const double sh[2] = {as * 1, as * 2};
     float out[2], route[4];
 
-    run_block(QC_REF_MOE_FAULT_NONE, out, route);
+    run_block("none", out, route);
     ck_assert_float_eq(route[0], 1.0f); /* descending probability: e1, e0 */
     ck_assert_float_eq(route[1], 0.0f);
     NEAR(route[2], w1);
@@ -79,19 +79,19 @@ START_TEST(test_hand_case) {
 
     /* renormalisation dropped: the raw softmax probabilities e^2/Z, e/Z, Z = e^2 + e + 1 */
     const double Z = e * e + e + 1, p1 = e * e / Z, p0 = e / Z;
-    run_block(QC_REF_MOE_FAULT_NO_RENORM, out, route);
+    run_block("no_renorm", out, route);
     NEAR(route[2], p1);
     NEAR(route[3], p0);
     NEAR(out[0], p0 * a0 * 1 + p1 * a1 * 0.5 + g * sh[0]);
     NEAR(out[1], p0 * a0 * -1 + p1 * a1 * 2 + g * sh[1]);
 
     /* the shared gate applied to routed + shared */
-    run_block(QC_REF_MOE_FAULT_GATE_ALL, out, route);
+    run_block("gate_all", out, route);
     NEAR(out[0], g * (y[0] + sh[0]));
     NEAR(out[1], g * (y[1] + sh[1]));
 
     /* the k-th choice replaced by the (k+1)-th: e1 and e2 (logit 0, p 1/Z) */
-    run_block(QC_REF_MOE_FAULT_TOPK_NEXT, out, route);
+    run_block("topk_next", out, route);
     ck_assert_float_eq(route[0], 1.0f);
     ck_assert_float_eq(route[1], 2.0f);
     const double v1 = (e * e) / (e * e + 1), v2 = 1 / (e * e + 1);
@@ -277,24 +277,27 @@ static void check_backend(qc_dtype dt, int nv, int E, int k, double tol) {
     /* the faults change the result (and the hook refuses junk) */
     float *base = malloc(sizeof(float) * 64);
     memcpy(base, logits, sizeof(float) * 64);
-    for (int f = 1; f <= QC_REF_MOE_FAULT_GATE_DROP; f++) {
-        ck_assert_int_eq(qc_ref_test_moe_fault(be, f, &e), QC_OK);
+    static const char *const faults[] = {"no_renorm", "gate_all", "topk_next", "gate_drop"};
+    for (int f = 0; f < 4; f++) {
+        ck_assert_int_eq(qc_backend_set_option(be, "fault.moe", faults[f], &e), QC_OK);
         qc_state_reset(st);
         ck_assert(qc_backend_forward(be, toks, n, 0, st, logits, 0, &e) == QC_OK);
         double d = 0;
         for (int v = 0; v < 64; v++) d = fmax(d, fabs(logits[v] - base[v]));
         /* k == E: all probabilities are taken (they sum to 1: renormalising is a no-op up to
          * rounding) and there is no (k+1)-th expert */
-        if (k == E && (f == QC_REF_MOE_FAULT_NO_RENORM || f == QC_REF_MOE_FAULT_TOPK_NEXT))
-            ck_assert_msg(d < 1e-4, "fault %d with k == E: max logit change %g", f, d);
+        if (k == E && (f == 0 || f == 2))
+            ck_assert_msg(d < 1e-4, "fault %s with k == E: max logit change %g", faults[f], d);
         else
-            ck_assert_msg(d > 1e-3, "fault %d: max logit change %g", f, d);
+            ck_assert_msg(d > 1e-3, "fault %s: max logit change %g", faults[f], d);
     }
-    ck_assert_int_eq(qc_ref_test_moe_fault(be, 0, &e), QC_OK);
+    ck_assert_int_eq(qc_backend_set_option(be, "fault.moe", "none", &e), QC_OK);
     qc_state_reset(st);
     ck_assert(qc_backend_forward(be, toks, n, 0, st, logits, 0, &e) == QC_OK);
     ck_assert_int_eq(memcmp(logits, base, sizeof(float) * 64), 0);
-    ck_assert_int_eq(qc_ref_test_moe_fault(be, QC_REF_MOE_FAULT_GATE_DROP + 1, &e), QC_ERR_ARG);
+    ck_assert_int_eq(qc_backend_set_option(be, "fault.moe", "gate_sometimes", &e), QC_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "unknown variant 'gate_sometimes'"));
+    ck_assert_int_eq(qc_backend_set_option(be, "fault.typo", "1", &e), QC_ERR_ARG);
     free(base);
     free(logits);
     qc_state_destroy(st);
@@ -334,7 +337,7 @@ START_TEST(test_scratch_and_dense) {
     ck_assert_int_eq(qc_model_synthetic(&d, QC_F32, 1, &m, &e), QC_OK);
     qc_backend *be = NULL;
     ck_assert_int_eq(qc_reference_create(m, NULL, &be, &e), QC_OK);
-    ck_assert_int_eq(qc_ref_test_moe_fault(be, 1, &e), QC_ERR_ARG);
+    ck_assert_int_eq(qc_backend_set_option(be, "fault.moe", "no_renorm", &e), QC_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "not a mixture-of-experts model"));
     qc_backend_destroy(be);
     qc_model_free(m);

@@ -390,6 +390,7 @@ END_TEST
 
 typedef struct {
     int calls, seen[8], n, dim, start;
+    int mlp_in[8];        /* "mlp_in" calls per layer (dense: the residual after the mixer) */
     float first[4 * 32];  /* index 0 data */
     float last[4 * 32];   /* index L data */
 } trace_rec;
@@ -397,6 +398,11 @@ typedef struct {
 static void on_trace(void *user, int index, const char *name, int start_pos, int n, int dim,
                      const float *data) {
     trace_rec *r = user;
+    if (!strcmp(name, "mlp_in")) { /* qc_backend.h: index = layer, dim = H */
+        ck_assert(index >= 0 && index < 8 && start_pos == r->start && dim == r->dim);
+        r->mlp_in[index]++;
+        return;
+    }
     ck_assert_str_eq(name, "hidden");
     r->calls++;
     if (index >= 0 && index < 8) r->seen[index]++;
@@ -419,6 +425,7 @@ START_TEST(trace_hook_convention) {
     fwd(be, tok, 4, 2, st, logits, 1);
     ck_assert_int_eq(r.calls, 5);
     for (int i = 0; i <= 4; i++) ck_assert_int_eq(r.seen[i], 1);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(r.mlp_in[i], 1); /* one per layer, after hidden[i] */
     ck_assert(r.n == 4 && r.dim == H && r.start == 2);
     /* index 0 = embedding rows, exactly */
     const float *E = m->embed.data;
@@ -538,9 +545,8 @@ typedef struct {
 
 static void cap_hidden(void *user, int index, const char *name, int start_pos, int n, int dim,
                        const float *data) {
-    (void)name;
     hid_cap *c = user;
-    if (start_pos != 0 || n != c->T || dim != c->H) return;
+    if (strcmp(name, "hidden") || start_pos != 0 || n != c->T || dim != c->H) return;
     memcpy(c->hidden + (size_t)index * n * dim, data, sizeof(float) * n * dim);
 }
 

@@ -39,8 +39,8 @@ typedef struct {
                                call (built-in backends; ollama/ollama#15865) */
     int unguarded_exp;      /* 1: the reference's chunked DeltaNet computes its decay ratios as
                                exp(gamma_r) * exp(-gamma_c) (pytorch/executorch#21417) */
-    int moe_fault;          /* MoE models, reference backend: a qc_ref_moe_fault (0: none):
-                               moe-no-renorm, moe-gate-all, moe-topk-next */
+    const char *moe_fault;  /* MoE models, reference backend: the fault.moe variant (NULL: none):
+                               no_renorm, gate_all, topk_next, gate_drop */
 } qc_check_faults;
 
 typedef struct {

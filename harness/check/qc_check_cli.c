@@ -184,13 +184,13 @@ static qc_status parse_fault(const char *v, qc_check_faults *f, qc_err *err) {
     } else if (!strcmp(v, "unguarded-exp")) {
         f->unguarded_exp = 1;
     } else if (!strcmp(v, "moe-no-renorm")) {
-        f->moe_fault = 1; /* qc_ref_moe_fault values (include/qc/qc_reference_hooks.h) */
+        f->moe_fault = "no_renorm"; /* the reference's fault.moe variants (qc_backend.h) */
     } else if (!strcmp(v, "moe-gate-all")) {
-        f->moe_fault = 2;
+        f->moe_fault = "gate_all";
     } else if (!strcmp(v, "moe-topk-next")) {
-        f->moe_fault = 3;
+        f->moe_fault = "topk_next";
     } else if (!strcmp(v, "moe-gate-drop")) {
-        f->moe_fault = 4;
+        f->moe_fault = "gate_drop";
     } else {
         return qc_errf(err, QC_ERR_ARG, "--inject-fault: unknown fault '%s' (norm-no-offset[:LAYER], "
                        "stale-conv-state, static-no-advance, snapshot-noop, rollback-keeps-conv, "
@@ -269,6 +269,20 @@ qc_status ckcli_apply_tol_flags(const check_cli *x, qc_policy *pol, qc_err *err)
 
 /* Shared option parsing of check and calibrate. Returns -1 to continue, else an exit code.
  * x: the check-only options (NULL for calibrate). */
+/* --filter REGEX: compiled into o->filter (a later --filter replaces an earlier one). */
+static qc_status parse_filter(const char *v, qc_check_opts *o, qc_err *err) {
+    if (o->has_filter) regfree(&o->filter), o->has_filter = 0;
+    int rc = regcomp(&o->filter, v, REG_EXTENDED | REG_NOSUB);
+    if (rc) {
+        char m[256];
+        regerror(rc, &o->filter, m, sizeof m);
+        return qc_errf(err, QC_ERR_ARG, "--filter: bad regex '%s': %s", v, m);
+    }
+    o->has_filter = 1;
+    o->filter_src = v;
+    return QC_OK;
+}
+
 int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o, int *runs,
                         const char **out, double *factor, const char **policy_out,
                         check_cli *x) {
@@ -306,18 +320,7 @@ int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o
         } else if (qc_argp_is(&a, "--mode")) {
             if (!(st = qc_argp_value(&a, &v, &err))) st = parse_modes(v, &o->modes, &err);
         } else if (qc_argp_is(&a, "--filter")) {
-            if (!(st = qc_argp_value(&a, &v, &err))) {
-                if (o->has_filter) regfree(&o->filter), o->has_filter = 0;
-                int rc = regcomp(&o->filter, v, REG_EXTENDED | REG_NOSUB);
-                if (rc) {
-                    char m[256];
-                    regerror(rc, &o->filter, m, sizeof m);
-                    st = qc_errf(&err, QC_ERR_ARG, "--filter: bad regex '%s': %s", v, m);
-                } else {
-                    o->has_filter = 1;
-                    o->filter_src = v;
-                }
-            }
+            if (!(st = qc_argp_value(&a, &v, &err))) st = parse_filter(v, o, &err);
         } else if (qc_argp_is(&a, "--threads")) {
             st = qc_argp_int(&a, 1, 1024, &o->threads, &err);
         } else if (qc_argp_is(&a, "--quiet") || qc_argp_is(&a, "-q")) {

@@ -5,12 +5,13 @@
  *                   long_decode_drift must fail on it, while the float32 state passes;
  *   unguarded-exp   the reference's chunked DeltaNet computes its decay ratios as
  *                   exp(gamma_r) * exp(-gamma_c) (pytorch/executorch#21417, the reference's
- *                   test hook qc/qc_reference_hooks.h): Inf * 0 = NaN in a chunk of strong decays,
+ *                   option fault.unguarded_exp): Inf * 0 = NaN in a chunk of strong decays,
  *                   which the checks must report as non-finite with its first location.
  *   moe-no-renorm, moe-gate-all, moe-topk-next, moe-gate-drop
  *                   the reference's MoE block drops the top-k renormalisation, applies the
  *                   shared-expert gate to routed + shared, takes the (k+1)-th expert instead
- *                   of the k-th, or drops the shared-expert gate (adds the shared expert ungated) (qc_ref_test_moe_fault); router_topk / the hidden states and
+ *                   of the k-th, or drops the shared-expert gate (adds the shared expert
+ *                   ungated) (the reference's option fault.moe); router_topk / the hidden states and
  *                   logits must fail on each, with the MoE block localised.
  * The backends' normal code paths are not changed by any of them. */
 #include "qc_check_internal.h"
@@ -19,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qc/qc_reference_hooks.h"
 
 /* ===================================================================================== */
 /* recurrent-bf16: a backend wrapper                                                     */
@@ -95,7 +95,7 @@ qc_status ck_bf16_state_wrap(qc_backend *inner, qc_backend **out, qc_err *err) {
 
 qc_status ck_state_faults_apply(const qc_check_faults *f, qc_backend **be, qc_err *err) {
     if (f->unguarded_exp && !strcmp((*be)->name, "reference")) {
-        qc_status s = qc_ref_test_unguarded_exp(*be, 1, err);
+        qc_status s = qc_backend_set_option(*be, "fault.unguarded_exp", "1", err);
         if (s) {
             qc_backend_destroy(*be);
             *be = NULL;
@@ -106,7 +106,7 @@ qc_status ck_state_faults_apply(const qc_check_faults *f, qc_backend **be, qc_er
      * run are checked unbroken) */
     if (f->moe_fault && !strcmp((*be)->name, "reference") && (*be)->model &&
         qc_cfg_is_moe(&(*be)->model->cfg)) {
-        qc_status s = qc_ref_test_moe_fault(*be, f->moe_fault, err);
+        qc_status s = qc_backend_set_option(*be, "fault.moe", f->moe_fault, err);
         if (s) {
             qc_backend_destroy(*be);
             *be = NULL;

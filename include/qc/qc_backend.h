@@ -151,6 +151,11 @@ struct qc_backend {
     /* logits[t * ld + r] = xn[t] . rows[r] for r < rows->shape[0] (rows: a block of lm_head) */
     qc_status (*step_logits)(qc_backend *be, const float *xn, int n, const qc_tensor *rows,
                              float *logits, long ld, qc_err *err);
+    /* ---- optional: named options of this backend (NULL: none); call qc_backend_set_option ----
+     * key = value, effective from the next call; QC_ERR_ARG naming an unknown key or value. The
+     * reference backend's keys are the self-test's variants (reference/qc_ref_faults.c:
+     * fault.unguarded_exp, fault.moe); the optimized backend has none. */
+    qc_status (*set_option)(qc_backend *be, const char *key, const char *value, qc_err *err);
 };
 
 /* The one entry point of a forward pass: validates the call contract above (status and message
@@ -167,6 +172,9 @@ qc_status qc_backend_fill_state(qc_backend *be, qc_state *st, float v, qc_err *e
 /* Make st hold the runtime's state for positions 0..n_pos-1 (no-op for built-in backends;
  * QC_ERR_UNSUPPORTED without QC_BE_CAP_STATE_READ). */
 qc_status qc_backend_sync_state(qc_backend *be, qc_state *st, int n_pos, qc_err *err);
+/* be->set_option(key, value); QC_ERR_UNSUPPORTED (naming the backend and the key) when the
+ * backend has no options. */
+qc_status qc_backend_set_option(qc_backend *be, const char *key, const char *value, qc_err *err);
 
 /* Making a backend is not the runtime's business (it never names one): qc_reference_create
  * (qc/qc_reference.h) and qc_optimized_create (qc/qc_optimized.h) make the built-in ones; the
