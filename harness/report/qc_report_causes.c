@@ -413,6 +413,27 @@ static void select_cross(work *w, const char *names, int mode_mask) {
     }
 }
 
+/* Also select the chunk_sweep rows of a selected case when no chunk size of it passes: the answer
+ * then does not depend on the chunk size, the sweep repeats the selected rows' failure. */
+static void select_uniform_sweep(work *w) {
+    for (int k = 0; k < w->nf; k++) {
+        const qc_check_row *x = ROW(w, k);
+        if (w->cl[k] || w->sel[k] || strncmp(x->check, "chunk_sweep", 11)) continue;
+        int pass = 0;
+        for (int i = 0; i < w->r->n && !pass; i++) {
+            const qc_check_row *y = &w->r->rows[i];
+            pass = y->verdict == QC_VERDICT_PASS && !strcmp(y->backend, x->backend) &&
+                   !strcmp(y->stem, x->stem) && !strcmp(y->case_name, x->case_name) &&
+                   !strncmp(y->check, "chunk_sweep", 11);
+        }
+        for (int j = 0; j < w->nf && !pass && !w->sel[k]; j++) {
+            const qc_check_row *y = ROW(w, j);
+            w->sel[k] = w->sel[j] && vs_golden(y) && !strcmp(y->stem, x->stem) &&
+                        !strcmp(y->case_name, x->case_name);
+        }
+    }
+}
+
 static void rule_modes(work *w) {
     int ran[3] = {0}, pf[3] = {0}, df[3] = {0};
     for (int i = 0; i < w->r->n; i++) {
@@ -436,6 +457,7 @@ static void rule_modes(work *w) {
     char lp[400], md[96], t[700], st[40] = "";
     if (!npf && ndf) {                                   /* decode only */
         select_golden(w, 7, 0, 1, 1);
+        select_uniform_sweep(w);
         gather(w, &e);
         if (e.step < 0) e.step = e.dstep;
         loc_phrase(w, &e, lp, sizeof lp);
@@ -452,6 +474,7 @@ static void rule_modes(work *w) {
                          !strcmp(x->check, "argmax"));
         }
         select_cross(w, "static_eq_dynamic", 7);
+        select_uniform_sweep(w);
         gather(w, &e);
         if (e.step < 0) e.step = e.dstep;
         loc_phrase(w, &e, lp, sizeof lp);

@@ -30,5 +30,23 @@ assert "every decode step's logits pass" in r["detail"], r["detail"]
 assert "after the final norm" not in r["detail"]
 print("ok   - decode.logits PASS; decode.recurrent_state FAIL at or before layer 1 (after 0), step 7")
 PYEOF
+# the console: the summary (verdict, causes, counts) in at most 10 lines, one cause naming layer 1's
+# recurrent state and the step; the JSON cause: rule decode_only, layer 1, step 7, every failing row
+n=$(sed -n '/^verdict /,$p' "$TMP/out" | wc -l)
+if [ "$n" -le 10 ] && grep -qE '^  - \[[0-9]+ rows\] decode only, from step 7 .*layer 1 recurrent_state' "$TMP/out"; then
+  echo "ok   - console: a $n-line summary, one cause: decode only, from step 7, layer 1 recurrent_state"
+else echo "FAIL - console summary ($n lines)"; sed -n '/^verdict /,$p' "$TMP/out"; fails=$((fails + 1)); fi
+"$PY" - "$TMP/r.json" <<'PYEOF' || fails=$((fails + 1))
+import json, sys
+d = json.load(open(sys.argv[1]))
+fail = [i for i, r in enumerate(d["checks"]) if r["verdict"] in ("FAIL", "ERROR")]
+cs = d["causes"]
+assert d["verdict"] == {"exec:mutants.py": "FAIL"}, d["verdict"]
+assert len(cs) == 1, [c["cause"] for c in cs]   # the chunk sweep repeats it: not a second cause
+c = cs[0]
+assert c["rule"] == "decode_only" and c["layer"] == 1 and c["step"] == 7, c
+assert sorted(c["rows"]) == fail, (c["rows"], fail)
+print("ok   - JSON: one cause, decode_only, layer 1, step 7, explaining all %d failing rows" % len(fail))
+PYEOF
 echo "$fails failed"
 [ $fails -eq 0 ]
