@@ -5,6 +5,7 @@
  *   qc_check_localise.c   the checks against the golden and the localisation of a failure
  *   qc_check_invariants.c garbage_reset, unused_slots
  *   qc_check_lifecycle*.c state lifecycle: snapshot / restore, rollback, prefix reuse, sequences
+ *   qc_check_dn.c         the DeltaNet kernel checks (chunked_eq_recurrent, chunk_sweep)
  *   qc_check_slots.c      the backends under test of one file, stems, dump files
  *   qc_check_faults.c     test-only fault wrappers (model copy, stale conv state)
  *   qc_check_engine.c     running cases and modes, per file, the engine entry (qc_check_run)
