@@ -1,6 +1,4 @@
 /* qc_check.c — the command lines qwen-conform [check] and qwen-conform policy --print. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_cli.h"
 

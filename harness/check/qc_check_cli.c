@@ -1,7 +1,5 @@
 /* qc_check_cli.c — option parsing shared by check, diff, calibrate and policy --print; the
  * policy they load and the reports they write. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_cli.h"
 #include "qc_tier.h"
@@ -199,7 +197,6 @@ static qc_status parse_fault(const char *v, qc_check_faults *f, qc_err *err) {
     }
     return QC_OK;
 }
-
 
 void ckcli_verdict(qc_results *res, int min_coverage) {
     qc_verdicts v;

@@ -1,7 +1,5 @@
 /* qc_check_compare.c — the check engine's rows and comparisons: one comparison of a set of
  * tensors (parts) under the policy -> one result row; calibration measurements. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 
@@ -18,9 +16,6 @@
 /* ===================================================================================== */
 /* calibration sink                                                                      */
 /* ===================================================================================== */
-
-
-
 
 struct calib_case *ck_calib_case_get(calib_sink *cs, const char *stem, const char *cname) {
     char id[200];
@@ -49,7 +44,6 @@ double ck_wall(void) {
 /* ===================================================================================== */
 /* engine context                                                                        */
 /* ===================================================================================== */
-
 
 int ck_stop_now(ctx *c) {
     if (c->o->maxfail <= 0 || c->res->n_fail + c->res->n_error < c->o->maxfail) return 0;
@@ -113,9 +107,6 @@ void ck_emit_simple(ctx *c, const char *case_name, const char *backend, const ch
 /* ===================================================================================== */
 /* parts: what one check compares                                                        */
 /* ===================================================================================== */
-
-
-
 
 void ck_pl_add(partlist *pl, const qc_tdesc *d, const float *a, const float *g) {
     if (pl->n >= MAX_PARTS) return;
@@ -259,7 +250,6 @@ void ck_calib_measure(ctx *c, int bi, int kind, const part *p, const char *case_
 /* one comparison check -> one row                                                       */
 /* ===================================================================================== */
 
-
 qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
     qc_check_row row;
     ck_row_init(&row, c->stem, s->case_name, s->backend, s->mode, s->check);
@@ -361,7 +351,6 @@ qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
 /* hidden-state capture (our own trace hook, so that a runner that does not visit every    */
 /* position is reported as a failure, not an error)                                      */
 /* ===================================================================================== */
-
 
 void ck_hcap_cb(void *user, int index, const char *name, int start_pos, int n_tokens, int dim,
                     const float *data) {

@@ -10,8 +10,6 @@
  * with dn_kernel=chunked and chunk_size=N. A built-in backend's chunked run is the engine's
  * dynamic-mode run (its default kernel is chunked): its rows are what they always were.
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 

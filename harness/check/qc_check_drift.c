@@ -14,8 +14,6 @@
  * A recurrent state kept in bf16 (--inject-fault recurrent-bf16) fails at the first traced
  * step; a float32 one stays within tolerance over the 2048 steps.
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 

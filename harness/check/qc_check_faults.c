@@ -1,8 +1,6 @@
 /* qc_check_faults.c — test-only fault wrappers for the self-test (hidden --inject-fault): a
  * model copy with wrong norm offsets, a backend whose conv state goes stale. The runtime and
  * the backends themselves are never modified. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 
@@ -14,7 +12,6 @@
 /* ===================================================================================== */
 /* fault wrappers (test-only; the runtime and backends are not modified)                 */
 /* ===================================================================================== */
-
 
 static int fault_norm_buf(fault_model *fm, qc_tensor *t) {
     size_t n = qc_tensor_numel(t);

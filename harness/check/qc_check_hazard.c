@@ -4,8 +4,6 @@
  * mode) saying whether every value the run produced (logits of the prompt and of the decode,
  * the state buffers after both) is finite, and naming the first NaN / Inf with its meaning.
  * The tolerance checks of the same run say whether the finite values are also close. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 

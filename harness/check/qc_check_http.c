@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#pragma GCC diagnostic ignored "-Wformat-truncation" /* key lines are cut at their buffers */
-
 void ck_topk_limits(const ctx *c, const char *case_name, int k, qc_topk_lim *lim) {
     memset(lim, 0, sizeof *lim);
     char id[256];

@@ -1,7 +1,5 @@
 /* qc_check_invariants.c — the garbage_reset and unused_slots checks: a NaN-filled state,
  * reset, must give the fresh result exactly, and the KV slots past the used positions stay 0. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 

@@ -8,8 +8,6 @@
  * within the case's tolerance. A check that needs a capability the runtime does not announce is
  * SKIPPED with the reason.
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_lifecycle.h"
 

@@ -10,8 +10,6 @@
  * The built-in backends: one qc_state per sequence through one backend instance; a runtime
  * under test: its own sequences (capability `sequences`).
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_lifecycle.h"
 

@@ -2,8 +2,6 @@
  * decode) and the localisation of a failure: the first divergent layer from the hidden
  * states, else the interval the state buffers support, and for decode-only failures the first
  * failing step. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 

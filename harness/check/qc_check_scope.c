@@ -1,7 +1,5 @@
 /* qc_check_scope.c — --rerun-failed and the warnings for policy overrides that can never
  * match a case x tensor of the run. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_cli.h"
 #include "qc/qc_file.h"
@@ -30,8 +28,6 @@
 /* ===================================================================================== */
 /* --rerun-failed: the (stem, case, backend, mode) combinations a JSON report failed      */
 /* ===================================================================================== */
-
-
 
 static int rerun_add(rerun_set *rs, const char *stem, const char *cname, const char *backend,
                      const char *mode) {

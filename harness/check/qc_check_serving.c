@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#pragma GCC diagnostic ignored "-Wformat-truncation" /* key lines are cut at their buffers */
-
 #define N_GEN 4       /* generated tokens compared per battery request */
 #define KL_LEN sizeof ((qc_check_row *)0)->keyline
 

@@ -1,7 +1,5 @@
 /* qc_check_slots.c — the backends under test of one golden file (created through the registry,
  * with the thread twin and the capabilities row), report stems, dump files. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 
@@ -54,7 +52,6 @@ void ck_make_stem(const char *path, const char *root, char *out, size_t n) {
         if (*p == '/') *p = '-';
     snprintf(out, n, "%s", rel);
 }
-
 
 int ck_cfg_same(const qc_config *a, const qc_config *b) {
     if (a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||

@@ -1,8 +1,6 @@
 /* qc_check_tier.c — the distribution rows of a reduced-precision tier (qc_tier.h): after a
  * logits comparison against the golden, one row per metric (KL mean / p99 / max, same-top-1
  * rate outside near-ties, top-k overlap), each held to the tier's limit. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 #include "qc_metrics_dist.h"

@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#pragma GCC diagnostic ignored "-Wformat-truncation" /* messages are cut at their buffers */
-
 void ck_tf_rows_free(ck_tf_rows *r) {
     free(r->ids);
     free(r->lps);

@@ -1,7 +1,5 @@
 /* qc_cmd_calibrate.c — qwen-conform calibrate: measure float32-vs-float64 noise and suggest a
  * tolerance policy. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_cli.h"
 

@@ -1,8 +1,6 @@
 /* qc_cmd_diff.c — qwen-conform diff GOLDEN ACTUAL: another runtime's outputs (an ACTUAL file,
  * golden/SCHEMA.md "Required and optional") checked against the golden; two files, or two
  * directories whose files are paired by relative path, into one report (console, JSON, JUnit). */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_cli.h"
 #include "qc_diff_internal.h"

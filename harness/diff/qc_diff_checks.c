@@ -3,8 +3,6 @@
  * states, state buffers (each optional; a partial state compares what is there), decode.
  * An absent optional tensor gives a SKIPPED row with the reason, never a FAIL; a NaN / Inf is
  * a FAIL found by the comparison (its first location in the row's detail). */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_diff_internal.h"
 

@@ -2,8 +2,6 @@
  * (a golden passed as ACTUAL, or the other way round, is said so), the provenance compared
  * when the ACTUAL carries it, the coverage of the golden's cases, every case, the layout the
  * ACTUAL was read in. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_diff_internal.h"
 

@@ -4,8 +4,6 @@
  * topk.logprob, topk.top1_in_k, topk.overlap), from the same tally and the same limits
  * (qc_check_topk.h, ck_topk_limits), so that diff of a recorded server and check of the live
  * server give the same verdicts. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_diff_internal.h"
 

@@ -2,8 +2,6 @@
  * (qc_server.h). The bodies and parsers of each dialect are in qc_server_dialect.c. */
 #include "qc_server_internal.h"
 
-#pragma GCC diagnostic ignored "-Wformat-truncation" /* messages are cut at their buffers */
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,8 +2,6 @@
  * datasets matched against the shapes of the layouts, reads. Every message names the file and
  * the dataset or attribute. HDF5 hygiene as in qc_golden_io.c: automatic error printing off,
  * presence probed before opening, every handle closed on every path. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_actual_internal.h"
 

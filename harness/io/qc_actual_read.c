@@ -6,8 +6,6 @@
  * logits: shape [2,5,256] fits no layout: ..."). HDF5 hygiene as in qc_golden_io.c: automatic
  * error printing off, presence probed before opening, every handle closed on every path.
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_actual_internal.h"
 

@@ -7,8 +7,6 @@
  * [0, V) or twice in a row, a log-probability that is not finite or above 0, a row out of
  * descending order is a format error naming the file, the dataset and the entry.
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_actual_internal.h"
 

@@ -1,6 +1,4 @@
 /* qc_metrics.c — comparison metrics (see qc_metrics.h for the definitions). */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_metrics.h"
 

@@ -13,8 +13,6 @@
  * the request; an unreachable server or a bad option exit 2. Nothing is written unless every
  * case was answered at every position (positions=N, a subset, is refused).
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,5 @@
 /* qc_report_causes.c — root-cause triage: failing rows grouped into likely causes
  * (qc_report_causes.h has the rules). Deterministic: the rules only read the rows, in order. */
-/* Sentences are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_report_causes.h"
 
@@ -644,6 +642,11 @@ static void rule_checks(work *w) {
             lp[0] = ';', lp[1] = ' ';
             loc_phrase(w, &e, lp + 2, sizeof lp - 2);
         }
+        /* the chunked and recurrent runs differ only in the DeltaNet kernel: a first divergent
+         * layer is that layer's kernel, not "mixer or MLP" */
+        if (!strcmp(fam, "chunked_eq_recurrent") && e.loc.kind == QC_LOC_LAYER && !e.loc.block[0])
+            snprintf(lp, sizeof lp, "; layer %d, its DeltaNet kernel (the two runs differ only in "
+                     "the kernel; its input, hidden[%d], agrees)", e.loc.layer, e.loc.layer);
         int nd = check_list(w, list, sizeof list);
         const char *why = NULL;
         for (size_t i = 0; i < sizeof WHY / sizeof *WHY && !err; i++)

@@ -1,6 +1,4 @@
 /* qc_report_console.c — console table and summary. */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_report_console.h"
 

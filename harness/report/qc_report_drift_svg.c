@@ -7,8 +7,6 @@
  * Exit: 0 written; 2 usage, an unreadable or malformed report, a report without such rows
  * (message naming the file and the field), an output refused (README "Output files").
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include <cjson/cJSON.h>
 #include <math.h>

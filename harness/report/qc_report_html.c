@@ -1,8 +1,6 @@
 /* qc_report_html.c — `check --html FILE`: one self-contained HTML page (qc_report_html.h). The
  * charts are drawn by qc_report_html_svg.c; this file holds the page, the verdicts, the summary,
  * the row table and the script that filters it. */
-/* Lines are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_report_html.h"
 

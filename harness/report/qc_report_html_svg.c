@@ -11,8 +11,6 @@
  *   - drift: the long_decode_drift rows' curves (drift_json): max |diff| per decode step of the
  *     logits and of every DeltaNet state buffer per layer at the golden's traced steps.
  */
-/* Labels are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include <cjson/cJSON.h>
 #include <math.h>
