@@ -28,8 +28,10 @@ is noticed), and, if it has "checks" ({lifecycle check: PASS | FAIL | SKIP | ERR
 lifecycle check's verdict over the run's rows (FAIL if any row failed, else ERROR if any
 errored, else PASS if any passed, else SKIP) is the recorded one and no other lifecycle
 check ran. Each run's lifecycle verdicts are printed under it. --update-checks writes the
-measured verdicts into "checks" (of every run that has a report) and rewrites the file
-(json, indent 2: the file's own format); outcomes and reasons stay hand-recorded.
+measured verdicts into "checks" (of every run that has a report), rewrites the file
+(json, indent 2: the file's own format) and then the outcome table rendered from it
+(tests/outcome_tables.py: the document --doc, default the README.md next to the expectations
+file, between its llamacpp-outcomes markers); outcomes and reasons stay hand-recorded.
 Exit 0 when every run matches, 1 when any outcome changed (listed), 2 on a usage
 error. The last line is "gate: N passed, M failed".
 """
@@ -40,6 +42,9 @@ import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import outcome_tables  # noqa: E402  (the README table --update-checks rewrites)
 
 
 def classify(rdir: str, run: str) -> tuple[str, str]:
@@ -93,9 +98,7 @@ def classify(rdir: str, run: str) -> tuple[str, str]:
     return "error", f"exit status {rc}: {err_tail}"
 
 
-LIFECYCLE = ("garbage_reset", "restore_after_garbage", "snapshot_restore", "snapshot_copy",
-             "snapshot_chunk_boundary", "rollback", "rollback_trim", "prefix_reuse",
-             "multi_sequence", "batch_invariance")
+LIFECYCLE = outcome_tables.LIFECYCLE  # the gated lifecycle checks (one list for the gate and its table)
 
 
 def lifecycle_verdicts(rdir: str, run: str) -> dict | None:
@@ -123,7 +126,9 @@ def main() -> int:
     ap.add_argument("--reports", required=True)
     ap.add_argument("--fixtures", help="fixtures dir: a fixture there without an expectation fails")
     ap.add_argument("--update-checks", action="store_true",
-                    help="write the measured lifecycle verdicts into expectations.json")
+                    help="write the measured lifecycle verdicts into expectations.json (and its table)")
+    ap.add_argument("--doc", help="the document whose outcome table --update-checks rewrites "
+                    "(default: README.md next to --expect)")
     args = ap.parse_args()
     try:
         with open(args.expect) as f:
@@ -185,6 +190,10 @@ def main() -> int:
         with open(args.expect, "w") as f:
             f.write(json.dumps(exp, indent=2, ensure_ascii=False) + "\n")
         print(f"gate: lifecycle verdicts written into {args.expect}")
+        doc = args.doc or os.path.join(os.path.dirname(os.path.abspath(args.expect)), "README.md")
+        if outcome_tables.write("llamacpp", args.expect, doc) != 0:
+            print(f"gate: the outcome table in {doc} could not be rewritten (above)", file=sys.stderr)
+            bad += 1
     print(f"gate: {ok} passed, {bad} failed")
     return 1 if bad else 0
 
