@@ -10,10 +10,11 @@
  *     included; after prefill and after decode) as the built-in backend + qc_runner in the same
  *     process, on an F32 and a BF16 fixture, for both plugins, static / dynamic (two chunks) /
  *     no-KV strategies; with set_option dn_kernel=recurrent, chunk_size=3, chunk_size=300,
- *     threads (optimized); with the default open options (capacity 4096: caches read trimmed);
+ *     threads (optimized); with the default open options (capacity 32768 for a tiny model:
+ *     caches read trimmed);
  *     after a NaN fill + reset; the direct run both with and without a trace hook installed;
  *     a 300-token call with chunk_size 290 (the optimized backend recreated for its scratch);
- *     the default open sizes (max_tokens 4096) against backends sized 146 / 300 on 130 / 300
+ *     the default open sizes (max_tokens 32768) against backends sized 146 / 300 on 130 / 300
  *     tokens;
  *   - error paths: bad token id, n = 0, start_pos beyond the capacity, start_pos != position,
  *     unknown option, bad option value, threads on the reference, n_pos beyond the capacity, a
@@ -138,7 +139,7 @@ static void put_hidden(run_out *o, int index, int start_pos, int n, const float 
 static void trace_cb(void *user, int index, const char *name, int start_pos, int n_tokens, int dim,
                      const float *data) {
     run_out *o = user;
-    (void)name;
+    if (name && strcmp(name, "hidden")) return; /* "mlp_in" / "moe_in" / "router_topk" */
     ck_assert_int_eq(dim, o->H);
     put_hidden(o, index, start_pos, n_tokens, data);
 }
@@ -423,11 +424,14 @@ START_TEST(abi_and_info) {
     ck_assert_int_eq(info.vocab_size, m->cfg.vocab_size);
     ck_assert_int_eq(info.hidden_size, m->cfg.hidden_size);
     ck_assert_int_eq(info.n_layers, m->cfg.n_layers);
-    ck_assert_int_eq(info.max_context_len, 4096); /* tiny model: the default, not the cap */
-    ck_assert_int_eq(info.max_tokens_per_call, 4096);
+    /* tiny model: 4096 raised to 32768 (state <= 64 MiB), not the 1 GiB cap */
+    ck_assert_int_eq(info.max_context_len, 32768);
+    ck_assert_int_eq(info.max_tokens_per_call, 32768);
+    ck_assert_uint_ge(pl.p->struct_size, QC_PLUGIN_ROUTER_SIZE); /* get_router: MoE only */
+    ck_assert_ptr_nonnull(pl.p->get_router);
     unsigned want = QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL | QC_CAP_DN_KERNEL |
                     QC_CAP_CHUNK_SIZE | (_i == 1 ? QC_CAP_THREADS : 0u) | QC_CAP_SNAPSHOT |
-                    QC_CAP_SEQUENCES; /* no trim */
+                    QC_CAP_SEQUENCES; /* no trim; no router (a dense model) */
     ck_assert_uint_eq(info.caps, want);
     char prefix[64];
     snprintf(prefix, sizeof prefix, "qwen-conform %s (as plugin): %s", be, be);
@@ -479,7 +483,7 @@ START_TEST(bitwise_options) {
     v.chunk = 300; /* beyond the optimized backend's create-time chunk scratch: recreated */
     check_variant(be, dir, &v);
     v = base_variant(QC_MODE_DYNAMIC);
-    v.open_opts = ""; /* capacity 4096, max_tokens 4096: caches read trimmed to CAP */
+    v.open_opts = ""; /* capacity 32768, max_tokens 32768: caches read trimmed to CAP */
     check_variant(be, dir, &v);
     v.open_opts = "dn_kernel=recurrent,chunk_size=5";
     v.dn = QC_DN_RECURRENT;
@@ -558,7 +562,7 @@ static void long_call(const char *be, const char *opts, int chunk, int ctx, int 
 START_TEST(large_chunk) { long_call(BACKENDS[_i], "max_context=320", 290, 320, 300); }
 END_TEST
 
-/* The plugin's default sizes (max_tokens 4096, so other scratch sizes) against a backend sized
+/* The plugin's default sizes (max_tokens 32768, so other scratch sizes) against a backend sized
  * as `check` sizes the built-in ones (max_tokens = the largest case context): 130 tokens, 3
  * chunks of 64, and 300 tokens (the optimized backend's chunk scratch 256 vs 300 wide). */
 START_TEST(default_sizes) {

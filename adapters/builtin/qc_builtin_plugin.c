@@ -12,8 +12,18 @@
  * buffer the harness reads back is the backend's own.
  *
  * Open options ("k=v,k=v"):
- *   max_context=N  state capacity in positions (default 4096, lowered so that the state stays
- *                  within QCB_STATE_BUDGET bytes as computed by qc_state_bytes)
+ *   max_context=N  state capacity in positions. Default: QCB_DEFAULT_CONTEXT (4096) positions,
+ *                  lowered so that the state stays within QCB_STATE_BUDGET (1 GiB, as computed
+ *                  by qc_state_bytes: a large model keeps what it had), and raised up to
+ *                  QCB_MAX_CONTEXT (32768) while the state stays within QCB_SMALL_STATE
+ *                  (64 MiB). Why: the cap exists so that one state (and each of the up to 8
+ *                  snapshots + 3 sequences the lifecycle checks create, full copies) stays
+ *                  within a memory budget; but a small model's state costs a few KiB per
+ *                  position, and a fixed 4096 made the plugin refuse what `--backend reference`
+ *                  runs (tiny-long-context needs 4104 positions, past max_position_embeddings
+ *                  on purpose). Sized from the model (qc_state_bytes of config.json), not from
+ *                  a golden the plugin never sees: the tiny fixtures get 32768 positions
+ *                  (< 10 MiB of state each), the real 0.8B-9B stay at 4096.
  *   max_tokens=N   largest n per forward call (default max_context, lowered so that the hidden
  *                  capture [L+1, N, H] stays within QCB_HIDDEN_BUDGET bytes); <= max_context
  *   threads=N      optimized only: OpenMP threads (0 = the OpenMP default)
@@ -47,7 +57,9 @@
 #define QCB_EXPORT __attribute__((visibility("default")))
 
 #define QCB_DEFAULT_CONTEXT 4096
+#define QCB_MAX_CONTEXT 32768
 #define QCB_STATE_BUDGET ((size_t)1 << 30)  /* default capacity: state <= 1 GiB */
+#define QCB_SMALL_STATE ((size_t)64 << 20)  /* above 4096 positions only while state <= 64 MiB */
 #define QCB_HIDDEN_BUDGET ((size_t)1 << 30) /* default max_tokens: hidden capture <= 1 GiB */
 
 static int is_optimized(void) { return strcmp(QC_PLUGIN_BACKEND, "optimized") == 0; }
@@ -72,6 +84,10 @@ typedef struct {
     int hidden_n;          /* tokens of the last successful forward (0: none) */
     int hidden_bad;        /* the trace reported an unexpected index / width / length */
     int cur_n;             /* n of the forward in progress (for the trace hook) */
+    int K;                 /* experts per token (0: a dense model, no router) */
+    float *router;         /* [L, max_tokens, 2K]: the "router_topk" rows of the last forward
+                              (per position K ids as floats, then K weights) */
+    unsigned char *rseen;  /* [L]: layer traced by the last forward */
     char err[1024];
 } qcb_handle;
 
@@ -95,8 +111,20 @@ static void clear_err(qcb_handle *h) { snprintf(h->err, sizeof h->err, "no error
 static void qcb_trace(void *user, int index, const char *name, int start_pos, int n_tokens,
                       int dim, const float *data) {
     qcb_handle *h = user;
-    if (name && strcmp(name, "hidden")) return; /* MoE traces ("moe_in", "router_topk") */
     (void)start_pos;
+    if (name && !strcmp(name, "router_topk")) { /* MoE: kept for get_router */
+        int L = h->L1 - 1;
+        if (!h->router || index < 0 || index >= L || dim != 2 * h->K || n_tokens != h->cur_n ||
+            n_tokens > h->max_tokens) {
+            h->hidden_bad = 1;
+            return;
+        }
+        memcpy(h->router + (size_t)index * h->max_tokens * dim, data,
+               (size_t)n_tokens * dim * sizeof(float));
+        h->rseen[index] = 1;
+        return;
+    }
+    if (name && strcmp(name, "hidden")) return; /* "moe_in" */
     if (index < 0 || index >= h->L1 || dim != h->H || n_tokens != h->cur_n ||
         n_tokens > h->max_tokens) {
         h->hidden_bad = 1;
@@ -275,8 +303,13 @@ static int size_handle(qcb_handle *h, const char *model_dir, const qcb_open_opts
     const qc_config *cfg = &h->model->cfg;
     qc_err e;
     qc_err_clear(&e);
-    h->capacity = o->want_ctx > 0 ? o->want_ctx
-                                  : fit_context(cfg, QCB_DEFAULT_CONTEXT, QCB_STATE_BUDGET);
+    if (o->want_ctx > 0) {
+        h->capacity = o->want_ctx;
+    } else {
+        h->capacity = fit_context(cfg, QCB_DEFAULT_CONTEXT, QCB_STATE_BUDGET);
+        int small = fit_context(cfg, QCB_MAX_CONTEXT, QCB_SMALL_STATE);
+        if (small > h->capacity) h->capacity = small;
+    }
     if (o->want_tok > 0) {
         if (o->want_tok > h->capacity)
             return seterr(NULL, QC_PLUGIN_ERROR, "open %s: max_tokens %d > max_context %d",
@@ -301,6 +334,13 @@ static int size_handle(qcb_handle *h, const char *model_dir, const qcb_open_opts
                       "open %s: out of memory for the hidden capture (%d x %d x %d floats)",
                       model_dir, cfg->n_layers + 1, o->want_tok > 0 ? o->want_tok : h->capacity,
                       cfg->hidden_size);
+    if (h->K > 0) {
+        h->router = malloc((size_t)cfg->n_layers * h->max_tokens * 2 * h->K * sizeof(float));
+        h->rseen = calloc((size_t)cfg->n_layers, 1);
+        if (!h->router || !h->rseen)
+            return seterr(NULL, QC_PLUGIN_ERROR, "open %s: out of memory for the router capture",
+                          model_dir);
+    }
     return QC_PLUGIN_OK;
 }
 
@@ -315,7 +355,7 @@ static void fill_info(const qcb_handle *h, qc_plugin_info *info) {
     info->max_context_len = h->capacity;
     info->caps = QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL | QC_CAP_DN_KERNEL |
                  QC_CAP_CHUNK_SIZE | (is_optimized() ? QC_CAP_THREADS : 0u) | QC_CAP_SNAPSHOT |
-                 QC_CAP_SEQUENCES;
+                 QC_CAP_SEQUENCES | (h->K > 0 ? QC_CAP_ROUTER : 0u);
     snprintf(info->name, sizeof info->name, "qwen-conform %s (as plugin): %s", QC_PLUGIN_BACKEND,
              h->be->describe ? h->be->describe(h->be) : h->be->name);
 }
@@ -359,6 +399,7 @@ static int qcb_open(const char *model_dir, const char *options, qc_plugin_info *
     h->L1 = cfg->n_layers + 1;
     h->H = cfg->hidden_size;
     h->V = cfg->vocab_size;
+    h->K = qc_cfg_is_moe(cfg) ? cfg->n_experts_per_tok : 0;
 
     /* capacity and tokens per call, state, hidden capture */
     rc = size_handle(h, model_dir, &o);
@@ -413,6 +454,7 @@ static int qcb_forward(void *handle, const int32_t *tokens, int32_t n, int32_t s
     h->hidden_n = 0;
     h->hidden_bad = 0;
     memset(h->seen, 0, (size_t)h->L1);
+    if (h->rseen) memset(h->rseen, 0, (size_t)h->L1 - 1);
     h->cur_n = n;
     qc_err e;
     qc_err_clear(&e);
@@ -437,6 +479,8 @@ static void qcb_close(void *handle) {
     qc_model_free(h->model);
     free(h->hidden);
     free(h->seen);
+    free(h->router);
+    free(h->rseen);
     free(h);
 }
 
@@ -462,6 +506,29 @@ static int qcb_get_hidden(void *handle, int32_t index, float *dst) {
                       (int)index);
     memcpy(dst, h->hidden + (size_t)index * h->max_tokens * h->H,
            (size_t)h->hidden_n * h->H * sizeof(float));
+    return QC_PLUGIN_OK;
+}
+
+static int qcb_get_router(void *handle, int32_t layer, int32_t *ids, float *weights) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "get_router: NULL handle");
+    clear_err(h);
+    if (h->K <= 0) return seterr(h, QC_PLUGIN_UNSUPPORTED, "get_router: a dense model (no router)");
+    if (!ids || !weights) return seterr(h, QC_PLUGIN_ERROR, "get_router: NULL ids or weights");
+    if (layer < 0 || layer >= h->L1 - 1)
+        return seterr(h, QC_PLUGIN_ERROR, "get_router: layer %d outside [0, %d)", (int)layer,
+                      h->L1 - 1);
+    if (h->hidden_n == 0)
+        return seterr(h, QC_PLUGIN_ERROR, "get_router: no successful forward since open/reset");
+    if (h->hidden_bad || !h->rseen[layer])
+        return seterr(h, QC_PLUGIN_ERROR, "get_router: the backend's trace did not report the "
+                      "router of layer %d in the last forward", (int)layer);
+    const float *src = h->router + (size_t)layer * h->max_tokens * 2 * h->K;
+    for (int t = 0; t < h->hidden_n; t++)
+        for (int j = 0; j < h->K; j++) {
+            ids[(size_t)t * h->K + j] = (int32_t)src[(size_t)t * 2 * h->K + j];
+            weights[(size_t)t * h->K + j] = src[(size_t)t * 2 * h->K + h->K + j];
+        }
     return QC_PLUGIN_OK;
 }
 
@@ -596,6 +663,8 @@ static const qc_runtime_plugin qcb_plugin = {
     .snapshot = qcb_snapshot,
     .restore = qcb_restore,
     .select_sequence = qcb_select_sequence,
+    .forward_topk = NULL,
+    .get_router = qcb_get_router,
 };
 
 QCB_EXPORT const qc_runtime_plugin *qc_runtime_plugin_entry(void);

@@ -15,8 +15,10 @@ keeps the computation in float32:
   * chunk_size: deltarule.chunked takes a chunk argument the model never passes, so while a
     call runs with chunk_size != 64 the module attribute is swapped for a partial (restored).
 Capabilities: hidden, state_read (canonical layouts; KV caches zero-padded to n_pos),
-state_fill, dn_kernel ("chunked"/"chunk", "recurrent"; default "auto" = the golden's HF
-schedule; multi-token calls only: a one-token call always runs the recurrence), chunk_size.
+state_fill, router (MoE models: the golden model's own top-k ids and renormalised weights of
+every layer, its moe_trace, in float32), dn_kernel ("chunked"/"chunk", "recurrent"; default
+"auto" = the golden's HF schedule; multi-token calls only: a one-token call always runs the
+recurrence), chunk_size.
 One torch thread (bit-reproducible results).
 """
 import contextlib
@@ -34,7 +36,7 @@ import torch  # noqa: E402
 
 from qcgolden import deltarule  # noqa: E402
 from qcgolden import model as qmodel  # noqa: E402
-from qwen_conform_adapter import Runtime, serve  # noqa: E402
+from qwen_conform_adapter import Runtime, Unsupported, serve  # noqa: E402
 
 KERNELS = {"chunked": "chunk", "chunk": "chunk", "recurrent": "recurrent", "auto": "auto"}
 
@@ -73,6 +75,7 @@ class GoldenF32(Runtime):
         self.model = qmodel.Model.from_dir(model_dir)
         self.model.W = {k: v.to(torch.float32) for k, v in self.model.W.items()}
         self.kernel, self.chunk, self.last_hidden = "auto", deltarule.CHUNK, None
+        self.last_router = self.moe_trace = None
         for k, v in options.items():
             self.set_option(k, v)
         self.reset()
@@ -83,29 +86,46 @@ class GoldenF32(Runtime):
     def reset(self):
         with float32_calls():
             self.cache = self.model.new_state()
-        self.last_hidden = None
+        self.last_hidden = self.last_router = None
 
     def _run(self, tokens):
-        """One model call on self.cache: (logits [n, V], hidden [L+1, n, H]) float32 tensors.
+        """One model call on self.cache: (logits [n, V], hidden [L+1, n, H]) float32 tensors;
+        self.moe_trace (a dict, MoE models; None else) gets the router's choices (qcgolden
+        Model.forward's moe_trace).
         dn_kernel concerns multi-token calls only (docs/adapter-protocol.md): a one-token call
         (decode, static prefill) always runs the token recurrence."""
         kernel = self.kernel if len(tokens) > 1 else "recurrent"
         with float32_calls(self.chunk):
-            return self.model.forward(tokens, self.cache, kernel, collect_hidden=True)
+            return self.model.forward(tokens, self.cache, kernel, collect_hidden=True,
+                                      moe_trace=self.moe_trace)
 
     def forward(self, tokens, start_pos):
         if start_pos == 0 and self.cache.pos != 0:
             self.reset()    # the no-KV strategy: the caller restarts the sequence
         if start_pos != self.cache.pos:
             raise ValueError("start_pos %d but %d positions are cached" % (start_pos, self.cache.pos))
-        logits, hidden = self._run([int(t) for t in tokens])
+        trace = self.moe_trace = {} if self.model.cfg.is_moe else None
+        self.last_router = None
+        try:
+            logits, hidden = self._run([int(t) for t in tokens])
+        finally:
+            self.moe_trace = None
         if logits.dtype != torch.float32:
             raise AssertionError("computed in %s, not float32" % logits.dtype)
         self.last_hidden = hidden
+        if trace:
+            self.last_router = (trace["topk_ids"], trace["topk_weights"])
         return logits.numpy()
 
     def hidden(self):
         return self.last_hidden.numpy()
+
+    def router(self):
+        if not self.model.cfg.is_moe:
+            raise Unsupported("a dense model: no router")
+        if self.last_router is None:
+            raise ValueError("no router choices: no forward since reset")
+        return self.last_router
 
     def state(self, n_pos):
         out = {}

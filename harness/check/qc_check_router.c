@@ -323,12 +323,52 @@ static const char *router_skip(const ctx *c, const qc_golden_case *gc, const ck_
     if (!qc_cfg_is_moe(c->cfg)) return "a dense model: no router";
     if (!gc->prefill_topk_ids && !gc->decode_topk_ids)
         return "the golden has no router datasets (prefill/router, decode/router)";
-    if (!mc) return "the backend does not trace its router (capability 'hidden' not announced)";
+    if (!mc) return "capability 'router' not announced: the backend reports no router choices";
     size_t n = (size_t)mc->L * mc->n, seen = 0;
     for (size_t i = 0; i < n; i++) seen += mc->seen_tk[i];
     if (seen == 0 && !mc->bad)
-        return "the backend reports no router choices (no \"router_topk\" trace)";
+        return "capability 'router' not announced: the backend reports no router choices (no "
+               "\"router_topk\" trace)";
     return NULL;
+}
+
+/* The rows of the capture that are not router choices at all (an id that is not an integer in
+ * [0, E), an id chosen twice in a row, a weight that is not finite): how many, and the first
+ * one described into buf ("" when none). A runtime under test reports them as it computed them;
+ * the built-in backends never produce one. */
+static long malformed_rows(const ck_moecap *mc, int E, int T, char *buf, size_t n) {
+    long bad = 0;
+    buf[0] = 0;
+    const int K = mc->K;
+    for (int l = 0; l < mc->L; l++)
+        for (int r = 0; r < mc->n; r++) {
+            size_t cr = (size_t)l * mc->n + r;
+            if (!mc->seen_tk[cr]) continue;
+            const float *p = mc->topk + cr * 2 * K;
+            char why[160] = "";
+            for (int j = 0; j < K && !why[0]; j++) {
+                float v = p[j], w = p[K + j];
+                if (!(isfinite(v) && v >= 0 && v < (float)E && v == floorf(v)))
+                    snprintf(why, sizeof why, "expert id %g is not an integer in [0, %d)",
+                             (double)v, E);
+                else if (!isfinite(w))
+                    snprintf(why, sizeof why, "weight of expert %d is %g", (int)v, (double)w);
+                for (int i = 0; i < j && !why[0]; i++)
+                    if (p[i] == v) snprintf(why, sizeof why, "expert %d chosen twice", (int)v);
+            }
+            if (!why[0]) continue;
+            if (bad++ == 0) {
+                char row[512];
+                size_t o = 0;
+                for (int j = 0; j < 2 * K && o < sizeof row; j++)
+                    o += (size_t)snprintf(row + o, sizeof row - o, "%s%.6g",
+                                          j == 0 ? "" : j == K ? " | " : ", ", (double)p[j]);
+                snprintf(buf, n, "layer %d, %s %d (position %d): %s (ids | weights: %s)", l,
+                         r < T ? "prefill row" : "decode step", r < T ? r : r - T, mc->lo + r,
+                         why, row);
+            }
+        }
+    return bad;
 }
 
 void ck_check_router(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, const char *backend,
@@ -347,6 +387,19 @@ void ck_check_router(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, cons
         return;
     }
     const qc_config *cfg = c->cfg;
+    char first[1024];
+    long nbad = malformed_rows(mc, cfg->n_experts, gc->n_tokens, first, sizeof first);
+    if (nbad > 0) {
+        char key[160];
+        snprintf(key, sizeof key, "malformed router choices at %ld (layer, position) row(s)",
+                 nbad);
+        ck_emit_simple(c, gc->name, backend, mode, "router_topk", QC_VERDICT_FAIL, key,
+                       qc_strdup_printf("The backend's router choices are not a valid top-%d "
+                                        "(distinct expert ids in [0, %d), finite weights) at "
+                                        "%ld (layer, position) row(s); first: %s",
+                                        cfg->n_experts_per_tok, cfg->n_experts, nbad, first));
+        return;
+    }
     if (cfg->n_experts_per_tok > CK_ROUTER_MAX_K) {
         ck_emit_simple(c, gc->name, backend, mode, "router_topk", QC_VERDICT_SKIP,
                        "more than 64 experts per token: not supported by this check", NULL);

@@ -59,6 +59,7 @@ static const struct {
     {QC_CAP_DN_KERNEL, "dn_kernel"}, {QC_CAP_CHUNK_SIZE, "chunk_size"},
     {QC_CAP_SNAPSHOT, "snapshot"},   {QC_CAP_SEQUENCES, "sequences"},
     {QC_CAP_TRIM, "trim"},           {QC_CAP_TOPK_ONLY, "topk_only"},
+    {QC_CAP_ROUTER, "router"},
 };
 
 /* A plugin call returned rc != OK: the plugin's last_error (after "what: " when what is not
@@ -131,6 +132,10 @@ int as_op_open(as_server *s, const cJSON *req, as_fail *f) {
     if (!lifecycle || !a->select_sequence) caps &= ~QC_CAP_SEQUENCES;
     if (!lifecycle || !a->trim) caps &= ~QC_CAP_TRIM;
     if (a->struct_size < QC_PLUGIN_TOPK_SIZE || !a->forward_topk) caps &= ~QC_CAP_TOPK_ONLY;
+    /* the router's [L, n, k] needs k from config.json */
+    if (a->struct_size < QC_PLUGIN_ROUTER_SIZE || !a->get_router || !s->cfg_ok ||
+        !qc_cfg_is_moe(&s->cfg) || s->cfg.n_layers != s->info.n_layers)
+        caps &= ~QC_CAP_ROUTER;
     s->caps = caps;
 
     cJSON *info = cJSON_CreateObject();
@@ -205,6 +210,37 @@ static int forward_topk_op(as_server *s, const cJSON *kj, int32_t *ids, int n, l
     return w;
 }
 
+/* After a forward of n tokens asked for "router": true: every layer's get_router into two
+ * [L, n, k] tensors, router_ids (int32: 4 bytes per element on the wire, like topk_ids) and
+ * router_weights, at out[0..2); the caller frees out[0].data (one block for both). */
+static int router_out(as_server *s, int n, as_tensor *out, as_fail *f) {
+    const int L = s->cfg.n_layers, K = s->cfg.n_experts_per_tok;
+    size_t blk = (size_t)n * (size_t)K, all = (size_t)L * blk;
+    float *buf = malloc(2 * all * sizeof(float) + 4);
+    if (!buf) return as_failf(f, 0, "forward: out of memory for the router choices");
+    int32_t *ids = (int32_t *)(void *)buf;
+    float *w = buf + all;
+    for (int l = 0; l < L; l++) {
+        int rc = s->api->get_router(s->h, l, ids + (size_t)l * blk, w + (size_t)l * blk);
+        if (rc != QC_PLUGIN_OK) {
+            free(buf);
+            char what[48];
+            snprintf(what, sizeof what, "get_router(%d)", l);
+            return plugin_fail(s, f, rc, what);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(out[i].name, sizeof out[i].name, i ? "router_weights" : "router_ids");
+        out[i].rank = 3;
+        out[i].shape[0] = L;
+        out[i].shape[1] = n;
+        out[i].shape[2] = K;
+        out[i].data = i ? w : buf;
+        out[i].count = all;
+    }
+    return 0;
+}
+
 int as_op_forward(as_server *s, const cJSON *req, as_fail *f) {
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(req, "tokens");
     if (!cJSON_IsArray(toks)) return as_failf(f, 0, "forward: tokens must be an array of integers");
@@ -217,6 +253,11 @@ int as_op_forward(as_server *s, const cJSON *req, as_fail *f) {
         return as_failf(f, 0, "forward: start_pos %lld + %d tokens overflows int32", sp, n);
     int all_logits = json_bool(req, "all_logits", 1);
     int want_hidden = json_bool(req, "hidden", 0);
+    int want_router = json_bool(req, "router", 0);
+    if (want_router < 0) return as_failf(f, 0, "forward: router must be true or false");
+    if (want_router && !(s->caps & QC_CAP_ROUTER))
+        return as_failf(f, 1, "forward: router choices asked for, but the plugin has no router "
+                        "capability");
     if (all_logits < 0) return as_failf(f, 0, "forward: all_logits must be true or false");
     if (want_hidden < 0) return as_failf(f, 0, "forward: hidden must be true or false");
     if (want_hidden && !(s->caps & QC_CAP_HIDDEN))
@@ -272,8 +313,13 @@ int as_op_forward(as_server *s, const cJSON *req, as_fail *f) {
             return plugin_fail(s, f, rc, what);
         }
     }
-    as_tensor out[2];
+    as_tensor out[4];
     memset(out, 0, sizeof out);
+    int nt = want_hidden ? 2 : 1;
+    if (want_router && (rc = router_out(s, n, out + nt, f)) != 0) {
+        free(logits), free(hidden);
+        return rc;
+    }
     snprintf(out[0].name, sizeof out[0].name, "logits");
     out[0].rank = 2;
     out[0].shape[0] = (int64_t)rows;
@@ -289,9 +335,10 @@ int as_op_forward(as_server *s, const cJSON *req, as_fail *f) {
         out[1].data = hidden;
         out[1].count = nhid;
     }
-    int w = as_send_ok(s, NULL, out, want_hidden ? 2 : 1);
+    int w = as_send_ok(s, NULL, out, want_router ? nt + 2 : nt);
     free(logits);
     free(hidden);
+    if (want_router) free(out[nt].data);
     return w;
 }
 

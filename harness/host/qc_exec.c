@@ -35,7 +35,7 @@ static int dim_layers(const qc_exec *x) { return x->have_dims ? x->dims.n_layers
 static int x_reset(void *h) {
     qc_exec *x = h;
     if (!x) return QC_PLUGIN_ERROR;
-    x->hidden_valid = 0;
+    x->hidden_valid = x->router_valid = 0;
     x->state_npos = -1;
     if (x->dead) {
         int rc = ex_respawn(x);
@@ -49,7 +49,7 @@ static int x_forward(void *h, const int32_t *tokens, int32_t n, int32_t start_po
     qc_exec *x = h;
     if (!x) return QC_PLUGIN_ERROR;
     if (x->dead) return ex_not_running(x, "forward");
-    x->hidden_valid = 0;
+    x->hidden_valid = x->router_valid = 0;
     x->state_npos = -1;
     if (!tokens || !logits || n < 1 || start_pos < 0)
         return ex_local_err(x, QC_PLUGIN_ERROR, "forward", "bad arguments (n %d, start_pos %d%s%s)",
@@ -64,7 +64,10 @@ static int x_forward(void *h, const int32_t *tokens, int32_t n, int32_t start_po
                             "header (1 MiB)", (int)n);
     int64_t V = dim_vocab(x), H = dim_hidden(x), L = dim_layers(x);
     int want_h = x->want_hidden && (x->info.caps & QC_CAP_HIDDEN);
-    tspec sp[2];
+    int K = x->have_dims ? x->dims.n_experts_per_tok : 0;
+    int want_r = x->want_router && (x->info.caps & QC_CAP_ROUTER) && K > 0;
+    tspec sp[4];
+    int ns = want_h ? 2 : 1;
     memset(sp, 0, sizeof sp);
     snprintf(sp[0].name, sizeof sp[0].name, "logits");
     sp[0].ndim = 2;
@@ -83,24 +86,44 @@ static int x_forward(void *h, const int32_t *tokens, int32_t n, int32_t start_po
         sp[1].dims[2] = H;
         sp[1].dst = x->hidden;
     }
+    if (want_r) { /* router_ids (int32) then router_weights, both [L, n, k] */
+        size_t bytes = (size_t)L * (size_t)n * (size_t)K * 4;
+        if (ex_grow((void **)&x->router_ids, &x->router_cap, bytes) ||
+            ex_grow((void **)&x->router_w, &x->router_w_cap, bytes))
+            return ex_local_err(x, QC_PLUGIN_ERROR, "forward", "out of memory for router "
+                                "choices [%lld, %d, %d]", (long long)L, (int)n, K);
+        for (int i = 0; i < 2; i++, ns++) {
+            snprintf(sp[ns].name, sizeof sp[ns].name, i ? "router_weights" : "router_ids");
+            sp[ns].ndim = 3;
+            sp[ns].dims[0] = L;
+            sp[ns].dims[1] = n;
+            sp[ns].dims[2] = K;
+            sp[ns].dst = i ? x->router_w : (float *)(void *)x->router_ids; /* 4-byte elements */
+        }
+    }
     size_t need = 128 + (size_t)n * 12;
     if (ex_grow((void **)&x->req, &x->req_cap, need))
         return ex_local_err(x, QC_PLUGIN_ERROR, "forward", "out of memory for the request");
     char *p = x->req;
     p += sprintf(p, "{\"op\":\"forward\",\"tokens\":[");
     for (int32_t i = 0; i < n; i++) p += sprintf(p, i ? ",%d" : "%d", (int)tokens[i]);
-    p += sprintf(p, "],\"start_pos\":%d,\"all_logits\":%s,\"hidden\":%s}", (int)start_pos,
-                 all_logits ? "true" : "false", want_h ? "true" : "false");
+    p += sprintf(p, "],\"start_pos\":%d,\"all_logits\":%s,\"hidden\":%s%s}", (int)start_pos,
+                 all_logits ? "true" : "false", want_h ? "true" : "false",
+                 want_r ? ",\"router\":true" : "");
     cJSON *root;
     uint64_t pl;
     double deadline = ex_now_s() + x->timeout_s;
     int rc = ex_transact(x, "forward", x->req, (size_t)(p - x->req), deadline, &root, &pl);
     if (rc) return rc;
-    rc = ex_recv_tensors(x, "forward", root, pl, sp, want_h ? 2 : 1, deadline);
+    rc = ex_recv_tensors(x, "forward", root, pl, sp, ns, deadline);
     if (rc) return rc;
     if (want_h) {
         x->hidden_valid = 1;
         x->hidden_n = n;
+    }
+    if (want_r) {
+        x->router_valid = 1;
+        x->router_n = n;
     }
     return QC_PLUGIN_OK;
 }
@@ -167,6 +190,8 @@ static void x_close(void *h) {
     free(x->options);
     free(x->specs);
     free(x->hidden);
+    free(x->router_ids);
+    free(x->router_w);
     free(x->state);
     free(x->req);
     free(x->hdr);
@@ -199,6 +224,29 @@ static int x_get_hidden(void *h, int32_t index, float *dst) {
                             (int)index, L, dst ? "" : ", dst NULL");
     size_t blk = (size_t)x->hidden_n * (size_t)H;
     memcpy(dst, x->hidden + (size_t)index * blk, blk * sizeof(float));
+    return QC_PLUGIN_OK;
+}
+
+/* Layer `layer` of the last forward's router choices: ids / weights [n, k] (the values as the
+ * child sent them: router_topk judges them). */
+static int x_get_router(void *h, int32_t layer, int32_t *ids, float *weights) {
+    qc_exec *x = h;
+    if (!x) return QC_PLUGIN_ERROR;
+    if (!(x->info.caps & QC_CAP_ROUTER))
+        return ex_local_err(x, QC_PLUGIN_UNSUPPORTED, "get_router", "the adapter did not announce "
+                            "the 'router' capability");
+    if (x->dead) return ex_not_running(x, "get_router");
+    int L = dim_layers(x), K = x->have_dims ? x->dims.n_experts_per_tok : 0;
+    if (!x->router_valid)
+        return ex_local_err(x, QC_PLUGIN_ERROR, "get_router", "no router choices: the last "
+                            "forward did not return any (not asked for: qc_exec_want_router off, "
+                            "a dense model, or the forward failed)");
+    if (layer < 0 || layer >= L || !ids || !weights)
+        return ex_local_err(x, QC_PLUGIN_ERROR, "get_router", "bad arguments (layer %d of 0..%d)",
+                            (int)layer, L - 1);
+    size_t blk = (size_t)x->router_n * (size_t)K;
+    memcpy(ids, x->router_ids + (size_t)layer * blk, blk * sizeof(int32_t));
+    memcpy(weights, x->router_w + (size_t)layer * blk, blk * sizeof(float));
     return QC_PLUGIN_OK;
 }
 
@@ -392,6 +440,7 @@ static const qc_runtime_plugin exec_api = {
     .select_sequence = x_select_sequence,
     .trim = x_trim,
     .forward_topk = x_forward_topk,
+    .get_router = x_get_router,
 };
 
 /* ===================================================================================== */
@@ -405,6 +454,11 @@ void qc_exec_want_hidden(void *handle, int on) {
     if (x) x->want_hidden = on != 0;
 }
 
+void qc_exec_want_router(void *handle, int on) {
+    qc_exec *x = handle;
+    if (x) x->want_router = on != 0;
+}
+
 void qc_exec_set_dims(void *handle, const qc_exec_dims *d) {
     qc_exec *x = handle;
     if (!x || !d) return;
@@ -416,6 +470,7 @@ void qc_exec_set_dims(void *handle, const qc_exec_dims *d) {
     else if (d->hidden < 1) bad = "hidden";
     else if (d->n_kv_heads < 0 || d->head_dim < 0 || d->conv_dim < 0 || d->conv_kernel < 0 ||
              d->n_v_heads < 0 || d->k_dim < 0 || d->v_dim < 0) bad = "a state dim";
+    else if (d->n_experts_per_tok < 0) bad = "n_experts_per_tok";
     if (bad) {
         snprintf(x->dims_error, sizeof x->dims_error, "qc_exec_set_dims was given an invalid "
                  "%s", bad);

@@ -36,6 +36,8 @@ typedef struct {
     int n_kv_heads, head_dim;             /* k_cache / v_cache [n_kv_heads, n_pos, head_dim] */
     int conv_dim, conv_kernel;            /* conv_state [conv_dim, conv_kernel] */
     int n_v_heads, k_dim, v_dim;          /* recurrent_state [n_v_heads, k_dim, v_dim] (per head) */
+    int n_experts_per_tok;                /* k of a MoE model: router_ids / router_weights
+                                             [n_layers, n, k]; 0 dense (no router) */
 } qc_exec_dims;
 
 /* Start CMD via /bin/sh -c, read its hello, send open(model_dir, options), fill *info.
@@ -56,6 +58,9 @@ const qc_runtime_plugin *qc_exec_api(void);
 /* on != 0: every later forward asks for hidden states (when the child announced "hidden"), so
  * get_hidden can serve the last forward's [L+1, n, H] tensor, which the handle keeps. */
 void qc_exec_want_hidden(void *handle, int on);
+/* on != 0: every later forward asks for the router choices (when the child announced "router"
+ * and the dims say MoE), so get_router can serve the last forward's [L, n, k] ids / weights. */
+void qc_exec_want_router(void *handle, int on);
 
 /* Copy *d into the handle (call right after open): the shapes every state tensor is validated
  * against, and V / H / L for logits and hidden (before this call the child's info is used).

@@ -75,6 +75,13 @@ typedef struct {
     int32_t hidden_n;
     int hidden_valid;
 
+    int want_router;           /* qc_exec_want_router */
+    int32_t *router_ids;       /* last forward's [L, n, k] router ids when router_valid */
+    float *router_w;           /* ... and their weights */
+    size_t router_cap, router_w_cap; /* bytes allocated for each */
+    int32_t router_n;
+    int router_valid;
+
     float *state;              /* cached get_state response (every layer), for state_npos */
     size_t state_cap;          /* floats allocated */
     int32_t state_npos;        /* -1: no cache */

@@ -313,6 +313,7 @@ static void exec_set_dims(void *handle, const qc_config *cfg) {
     d.n_v_heads = cfg->lin_n_v_heads;
     d.k_dim = cfg->lin_k_dim;
     d.v_dim = cfg->lin_v_dim;
+    d.n_experts_per_tok = qc_cfg_is_moe(cfg) ? cfg->n_experts_per_tok : 0;
     qc_exec_set_dims(handle, &d);
 }
 
@@ -355,6 +356,7 @@ qc_status qc_registry_create(const qc_runtime_spec *rs, const char *model_dir, c
         if (s) return s;
         api = qc_exec_api();
         hooks.want_hidden = qc_exec_want_hidden;
+        hooks.want_router = qc_exec_want_router;
         hooks.set_dims = exec_set_dims;
     }
     return qc_remote_backend_create(rs->name, api, handle, &info, &hooks, m, o, out, err);

@@ -1,7 +1,10 @@
 /* qc_remote.c — a runtime behind the plugin ABI vtable as a qc_backend (see qc_remote.h).
  *
  * forward: pushes changed settings (dn_kernel, chunk_size) through set_option, calls the
- * runtime, then feeds the trace hook from get_hidden. sync_state: copies get_state's canonical
+ * runtime, then feeds the trace hook from get_hidden ("hidden") and, for a MoE model whose
+ * runtime announces 'router', from get_router ("router_topk": per position the k ids as floats,
+ * then the k weights, exactly what the built-in backends trace; the values go on unchanged, the
+ * router_topk check judges them). sync_state: copies get_state's canonical
  * [nkv, n_pos, hd] caches into the mirror's [nkv, capacity, hd] buffers. reset / fill_state go
  * to the runtime; the mirror is reset / filled by qc_backend_reset / qc_backend_fill_state.
  */
@@ -28,7 +31,7 @@ static const struct {
     {QC_CAP_DN_KERNEL, "dn_kernel"},   {QC_CAP_CHUNK_SIZE, "chunk_size"},
     {QC_CAP_SNAPSHOT, "snapshot"},     {QC_CAP_SEQUENCES, "sequences"},
     {QC_CAP_TRIM, "trim"},             {QC_REMOTE_CAP_DYNAMIC, "dynamic"},
-    {QC_CAP_TOPK_ONLY, "topk_only"},
+    {QC_CAP_TOPK_ONLY, "topk_only"},   {QC_CAP_ROUTER, "router"},
 };
 #define N_CAP_NAMES (sizeof cap_names / sizeof cap_names[0])
 
@@ -61,7 +64,7 @@ qc_status qc_cap_parse(const char *list, unsigned *bits, qc_err *err) {
         if (i == N_CAP_NAMES)
             return qc_errf(err, QC_ERR_ARG, "--require: unknown capability '%s' (hidden, "
                            "state_read, state_fill, threads, dn_kernel, chunk_size, snapshot, "
-                           "sequences, trim, dynamic)", t);
+                           "sequences, trim, router, dynamic)", t);
         *bits |= cap_names[i].bit;
     }
     return QC_OK;
@@ -80,8 +83,12 @@ typedef struct {
     char desc[700];           /* name + the runtime's own name */
     float *logits_scratch;    /* [max_tokens, V] when the caller wants no logits */
     float *hidden_buf;        /* [max_tokens, H] one hidden index at a time */
-    float *state_buf;         /* [max(nkv * cap * hd, C*K, nv*dk*dv)] one state buffer */
+    float *state_buf;         /* one state buffer: [max(nkv * n_pos * hd, C*K, nv*dk*dv)],
+                                 grown to the largest n_pos asked for */
     size_t state_buf_n;       /* floats in state_buf */
+    int32_t *router_ids;      /* [max_tokens, k] one layer's router ids (QC_CAP_ROUTER) */
+    float *router_w;          /* [max_tokens, k] their weights */
+    float *router_row;        /* [max_tokens, 2k] the "router_topk" trace rows */
     int sent_dn_kernel;       /* last dn_kernel pushed (-1 none) */
     int sent_chunk_size;      /* last chunk_size pushed (-1 none) */
     qc_remote_kopts kopts;    /* who decides dn_kernel / chunk_size (qc_remote.h) */
@@ -122,6 +129,31 @@ static qc_status rt_sync_opts(qc_backend *be, remote *R, qc_err *err) {
     return s;
 }
 
+/* After a forward of n tokens: every layer's router choices as "router_topk" trace rows
+ * [n, 2k] (ids as floats, then weights), as the built-in backends trace them. The values are
+ * passed on as the runtime gave them (router_topk judges them); entries it leaves unwritten are
+ * -1 / NaN, never stale. */
+static qc_status rt_router_trace(qc_backend *be, remote *R, int n, int start_pos, qc_err *err) {
+    const qc_config *cfg = &be->model->cfg;
+    const int K = cfg->n_experts_per_tok;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        for (size_t i = 0; i < (size_t)n * K; i++) R->router_ids[i] = -1, R->router_w[i] = NAN;
+        if (R->api->get_router(R->h, l, R->router_ids, R->router_w) != QC_PLUGIN_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "get_router(layer %d)", l);
+            return rt_fail(R, err, what);
+        }
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < K; j++) {
+                R->router_row[(size_t)t * 2 * K + j] = (float)R->router_ids[(size_t)t * K + j];
+                R->router_row[(size_t)t * 2 * K + K + j] = R->router_w[(size_t)t * K + j];
+            }
+        be->opts.trace(be->opts.trace_user, l, "router_topk", start_pos, n, 2 * K,
+                       R->router_row);
+    }
+    return QC_OK;
+}
+
 static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
                             qc_state *st, float *logits, int all_logits, qc_err *err) {
     remote *R = be->impl;
@@ -132,7 +164,9 @@ static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int st
     qc_status s = rt_sync_opts(be, R, err);
     if (s) return s;
     int want_hidden = be->opts.trace && (be->caps & QC_BE_CAP_HIDDEN);
+    int want_router = be->opts.trace && (be->caps & QC_BE_CAP_ROUTER);
     if (R->hooks.want_hidden) R->hooks.want_hidden(R->h, want_hidden);
+    if (R->hooks.want_router) R->hooks.want_router(R->h, want_router);
     float *dst = logits ? logits : R->logits_scratch;
     int all = logits ? all_logits : 0;
     if (R->api->forward(R->h, tokens, n, start_pos, all, dst) != QC_PLUGIN_OK) {
@@ -140,6 +174,7 @@ static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int st
         snprintf(what, sizeof what, "forward(n=%d, start_pos=%d)", n, start_pos);
         return rt_fail(R, err, what);
     }
+    if (want_router && (s = rt_router_trace(be, R, n, start_pos, err))) return s;
     if (want_hidden) {
         for (int i = 0; i <= cfg->n_layers; i++) {
             if (R->api->get_hidden(R->h, i, R->hidden_buf) != QC_PLUGIN_OK) {
@@ -216,7 +251,14 @@ static qc_status sync_one(remote *R, const qc_config *cfg, qc_state *st, int l, 
         dst = st->recurrent_state[l];
         n = (size_t)cfg->lin_n_v_heads * cfg->lin_k_dim * cfg->lin_v_dim;
     }
-    if (n > R->state_buf_n) return qc_errf(err, QC_ERR_RANGE, "%s: state buffer too small", R->name);
+    if (n > R->state_buf_n) { /* a longer cache than asked for so far */
+        float *nb = realloc(R->state_buf, n * sizeof(float));
+        if (!nb)
+            return qc_errf(err, QC_ERR_OOM, "%s: out of memory for a state buffer of %zu floats",
+                           R->name, n);
+        R->state_buf = nb;
+        R->state_buf_n = n;
+    }
     int rc = R->api->get_state(R->h, l, kind, n_pos, R->state_buf);
     if (rc == QC_PLUGIN_UNSUPPORTED) {
         const char *le = R->api->last_error(R->h);
@@ -292,6 +334,7 @@ static void rm_destroy(qc_backend *be) {
         free(R->logits_scratch);
         free(R->hidden_buf);
         free(R->state_buf);
+        free(R->router_ids), free(R->router_w), free(R->router_row);
         free(R);
     }
     free(be);
@@ -372,6 +415,19 @@ qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *ap
     }
     if (api->struct_size >= QC_PLUGIN_TOPK_SIZE && api->forward_topk)
         caps |= info->caps & QC_CAP_TOPK_ONLY;
+    /* the router: a MoE model, get_router covered by struct_size, and its buffers */
+    if (api->struct_size >= QC_PLUGIN_ROUTER_SIZE && api->get_router && qc_cfg_is_moe(cfg) &&
+        cfg->n_experts_per_tok > 0 && (info->caps & QC_CAP_ROUTER)) {
+        size_t nk = (size_t)o->max_tokens * cfg->n_experts_per_tok;
+        R->router_ids = malloc(nk * sizeof(int32_t));
+        R->router_w = malloc(nk * sizeof(float));
+        R->router_row = malloc(2 * nk * sizeof(float));
+        if (!R->router_ids || !R->router_w || !R->router_row) {
+            rm_destroy(be);
+            return qc_errf(err, QC_ERR_OOM, "%s: out of memory (router rows)", name);
+        }
+        caps |= QC_CAP_ROUTER;
+    }
     be->caps = caps; /* QC_CAP_* == QC_BE_CAP_* bit for bit */
     be->max_tokens_per_call = info->max_tokens_per_call > 0 ? info->max_tokens_per_call : 0;
     be->max_context_len = info->max_context_len > 0 ? info->max_context_len : 0;
@@ -405,5 +461,5 @@ _Static_assert(QC_CAP_HIDDEN == QC_BE_CAP_HIDDEN && QC_CAP_STATE_READ == QC_BE_C
                    QC_CAP_DN_KERNEL == QC_BE_CAP_DN_KERNEL && QC_CAP_CHUNK_SIZE == QC_BE_CAP_CHUNK_SIZE &&
                    QC_CAP_SNAPSHOT == QC_BE_CAP_SNAPSHOT &&
                    QC_CAP_SEQUENCES == QC_BE_CAP_SEQUENCES && QC_CAP_TRIM == QC_BE_CAP_TRIM &&
-                   QC_CAP_TOPK_ONLY == QC_BE_CAP_TOPK_ONLY,
+                   QC_CAP_TOPK_ONLY == QC_BE_CAP_TOPK_ONLY && QC_CAP_ROUTER == QC_BE_CAP_ROUTER,
                "plugin ABI capability bits must equal the backend capability bits");

@@ -14,6 +14,7 @@
 /* Extra calls a provider may offer (all optional; NULL = none). */
 typedef struct {
     void (*want_hidden)(void *handle, int on); /* ask for hidden states with each forward */
+    void (*want_router)(void *handle, int on); /* ask for router choices with each forward */
     void (*set_dims)(void *handle, const qc_config *cfg); /* tell the provider the model dims */
 } qc_remote_hooks;
 

@@ -33,7 +33,8 @@ qc_status qc_record_run_case(qc_backend *be, const qc_profile *profile, const ch
                              const qc_case_input *in, int with_in, qc_golden_case *out,
                              qc_err *err) {
     const qc_config *cfg = &be->model->cfg;
-    if (!qc_cfg_is_moe(cfg) || !(be->caps & QC_BE_CAP_HIDDEN) || in->n_tokens < 1)
+    if (!qc_cfg_is_moe(cfg) || !(be->caps & (QC_BE_CAP_HIDDEN | QC_BE_CAP_ROUTER)) ||
+        in->n_tokens < 1)
         return qc_run_case(be, profile, name, in, out, err);
     qc_case_input in2 = *in;
     in2.capture_hidden = 0; /* captured here, with the router rows */

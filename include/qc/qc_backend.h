@@ -80,7 +80,11 @@ void qc_backend_opts_default(qc_backend_opts *o);
 #define QC_BE_CAP_THREADS    (1u << 3) /* opts.n_threads is honoured (bit-identical results) */
 #define QC_BE_CAP_DN_KERNEL  (1u << 4) /* opts.dn_kernel is honoured */
 #define QC_BE_CAP_CHUNK_SIZE (1u << 5) /* opts.chunk_size is honoured */
-#define QC_BE_CAP_ALL 0x3fu
+/* A MoE model's router choices: opts.trace is called with "router_topk" rows (every layer, every
+ * position of each call). The built-in backends have it; a runtime under test announces it
+ * (plugin QC_CAP_ROUTER + get_router, exec 'router'). */
+#define QC_BE_CAP_ROUTER     (1u << 10)
+#define QC_BE_CAP_ALL (0x3fu | QC_BE_CAP_ROUTER)
 /* State lifecycle (a runtime under test: its own entries below; the built-in backends need none:
  * their state is the qc_state the caller passes, so the caller copies it and keeps one per
  * sequence). Not in QC_BE_CAP_ALL. */

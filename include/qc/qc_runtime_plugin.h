@@ -23,6 +23,10 @@
  *   conv_state       [conv_dim, conv_kernel]  the last K pre-activation in_proj_qkv columns,
  *                    oldest first, zero-padded on the left
  *   recurrent_state  [n_v_heads, k_head_dim, v_head_dim]  the Gated DeltaNet state S
+ *   router ids       [n, k] int32: per position the k = num_experts_per_tok chosen experts of
+ *                    one layer, in descending router probability (golden/SCHEMA.md "MoE")
+ *   router weights   [n, k] float32: their weights, the top-k probabilities renormalised to
+ *                    sum 1 (what the MoE block multiplies the experts' outputs by)
  */
 #ifndef QC_RUNTIME_PLUGIN_H
 #define QC_RUNTIME_PLUGIN_H
@@ -59,6 +63,9 @@ enum {
 /* v1 minor addition (forward_topk, after trim; used only when struct_size covers it and the
  * bit is announced): */
 #define QC_CAP_TOPK_ONLY   (1u << 9) /* forward_topk: top-k log-probabilities, no full logits */
+/* v1 minor addition (get_router, after forward_topk; used only when struct_size covers it and
+ * the bit is announced): */
+#define QC_CAP_ROUTER      (1u << 10) /* get_router: a MoE model's router choices */
 
 /* At least this many snapshot slots (0..QC_PLUGIN_MIN_SNAPSHOTS-1) with QC_CAP_SNAPSHOT, and
  * sequences (0..QC_PLUGIN_MIN_SEQUENCES-1) with QC_CAP_SEQUENCES. */
@@ -157,6 +164,18 @@ typedef struct qc_runtime_plugin {
      * state are SKIPPED ("capability 'topk_only'"). */
     int (*forward_topk)(void *handle, const int32_t *tokens, int32_t n, int32_t start_pos,
                         int32_t k, int32_t *ids, float *logprobs);
+
+    /* ---- optional v1 addition (MoE router choices): present when struct_size covers it ---- */
+    /* QC_CAP_ROUTER (a MoE model: config.json num_experts > 0; every layer has a router): the
+     * router's choices in layer `layer` (0..L-1) during the last successful forward call, for
+     * each of its n positions: the k = num_experts_per_tok chosen expert ids in descending router
+     * probability into ids [n, k] (each in [0, num_experts), distinct) and their renormalised
+     * weights into weights [n, k] (canonical layouts above). The harness calls it after a
+     * forward, once per layer, only when a check needs the router (router_topk) or `record`
+     * writes it; QC_PLUGIN_ERROR when there was no successful forward since open / reset. The
+     * values are compared as they are: an id out of range or repeated, a NaN weight FAILs
+     * router_topk with the evidence. */
+    int (*get_router)(void *handle, int32_t layer, int32_t *ids, float *weights);
 } qc_runtime_plugin;
 
 typedef const qc_runtime_plugin *(*qc_runtime_plugin_entry_fn)(void);
@@ -168,6 +187,8 @@ typedef const qc_runtime_plugin *(*qc_runtime_plugin_entry_fn)(void);
 /* The size that covers forward_topk (a plugin built before it has a smaller struct_size: the
  * harness never reads the field, whatever the bit says). */
 #define QC_PLUGIN_TOPK_SIZE (offsetof(qc_runtime_plugin, forward_topk) + sizeof(void *))
+/* The size that covers get_router (a plugin built before it: the field is never read). */
+#define QC_PLUGIN_ROUTER_SIZE (offsetof(qc_runtime_plugin, get_router) + sizeof(void *))
 
 #ifdef __cplusplus
 }

@@ -54,10 +54,13 @@ class Client:
     def reset(self):
         self.request({"op": "reset"})
 
-    def forward(self, tokens, start_pos, all_logits=True, hidden=False):
-        return self.request({"op": "forward", "tokens": [int(t) for t in tokens],
-                             "start_pos": int(start_pos), "all_logits": all_logits,
-                             "hidden": hidden})[1]
+    def forward(self, tokens, start_pos, all_logits=True, hidden=False, router=False):
+        """{"logits", ["hidden"], ["router_ids" (int32), "router_weights"]}."""
+        req = {"op": "forward", "tokens": [int(t) for t in tokens], "start_pos": int(start_pos),
+               "all_logits": all_logits, "hidden": hidden}
+        if router:
+            req["router"] = True
+        return self.request(req)[1]
 
     def forward_topk(self, tokens, start_pos, k):
         """A topk_only child's forward: {"topk_ids": int32 [n, k], "topk_logprobs": [n, k]}."""

@@ -89,7 +89,7 @@ def write_frame(stream, header, tensors=()):
 
 
 def decode_tensors(header, payload):
-    """{name: float32 array (topk_ids: int32)} from a frame's header "tensors" list and payload
+    """{name: float32 array (topk_ids, router_ids: int32)} from a frame's header "tensors" list and payload
     (in order);
     ProtocolError when payload_len is not 4 x the listed element count."""
     specs = header.get("tensors", [])
@@ -107,7 +107,7 @@ def decode_tensors(header, payload):
         if off + n > len(payload):
             raise ProtocolError("payload of %d bytes is shorter than the tensors listed"
                                 % len(payload))
-        dt = I32 if name == "topk_ids" else F32   # the one int32 tensor (topk_only)
+        dt = I32 if name in ("topk_ids", "router_ids") else F32   # the int32 tensors
         out[name] = (np.frombuffer(payload, dtype=dt, count=n // 4, offset=off).reshape(shape)
                      if n else np.zeros(shape, dtype=dt))
         off += n

@@ -288,11 +288,34 @@ class ActualWriter:
         for n in names:
             self._ds("%s/%s" % (group, n), as_f32(state[n], n), np.float32, shapes.get(n))
 
+    def _router(self, group, router, rows):
+        """A MoE case's router choices (ids [L, rows, k], weights [L, rows, k] or None) as
+        GROUP/router/topk_ids (int32) and topk_weights (float32), the golden's layout."""
+        if not isinstance(router, (tuple, list)) or len(router) != 2:
+            raise ValueError("%s/router: give (ids, weights)" % group)
+        k = self.g.shape.experts_per_tok
+        if not k:
+            raise ValueError("%s/router: the model is dense (config.json has no num_experts)"
+                             % group)
+        want = (self.g.shape.n_layers, rows, k)
+        ids = np.asarray(router[0].detach().cpu().numpy() if hasattr(router[0], "detach")
+                         else router[0])
+        if ids.dtype.kind not in "iu" and not (ids.dtype.kind == "f" and
+                                              np.all(np.floor(ids) == ids)):
+            raise ValueError("%s/router/topk_ids: not integers (%s)" % (group, ids.dtype))
+        self._ds(group + "/router/topk_ids", ids, np.int32, want)
+        if router[1] is not None:
+            self._ds(group + "/router/topk_weights", as_f32(router[1], "router weights"),
+                     np.float32, want)
+
     def add(self, case, prefill_logits, decode_logits=None, prefill_hidden=None,
-            prefill_state=None, decode_state=None):
+            prefill_state=None, decode_state=None, prefill_router=None, decode_router=None):
         """One case: logits [T, V] (every prompt position), optionally the teacher-forced decode
         logits [S, V], hidden [L+1, T, H] and the states ({"layer_NN/k_cache": array, ...} as
-        Runtime.state returns, or nested {"layer_NN": {...}}) after prefill / after decode."""
+        Runtime.state returns, or nested {"layer_NN": {...}}) after prefill / after decode, and
+        for a MoE model the router choices (ids [L, T, k] / [L, S, k], weights of the same shape
+        or None) as Runtime.router returns them, one pair for the prompt and one for the decode
+        steps (stacked along axis 1), written as prefill/router and decode/router."""
         if isinstance(case, str):
             case = next(c for c in self.g.cases if c.name == case)
         sh, P, T, S = self.g.shape, case.start_pos, len(case.tokens), len(case.decode_tokens)
@@ -313,6 +336,8 @@ class ActualWriter:
                      (L + 1, T, H))
         if prefill_state is not None:
             self._state(g + "/prefill/state", prefill_state, P + T)
+        if prefill_router is not None:
+            self._router(g + "/prefill", prefill_router, T)
         if decode_logits is not None and S > 0:
             dec = as_f32(decode_logits, "decode_logits")
             self._ds(g + "/decode/tokens", case.decode_tokens, np.int32)
@@ -320,6 +345,8 @@ class ActualWriter:
             self._ds(g + "/decode/margins", margins(pre[-1], dec), np.float32)
             if decode_state is not None:
                 self._state(g + "/decode/state", decode_state, P + T + S)
+            if decode_router is not None:
+                self._router(g + "/decode", decode_router, S)
 
     # ---- closing ---------------------------------------------------------------------------
     def close(self):
@@ -343,12 +370,14 @@ class ActualWriter:
         self.close() if exc_type is None else self.abort()
 
 
-def run_case(runtime, case, hidden=True, state=True):
+def run_case(runtime, case, hidden=True, state=True, router=True):
     """Drive a Runtime through one case teacher-forced: history, prompt, decode tokens.
-    Returns the keyword arguments of ActualWriter.add (hidden / state when asked for and the
-    runtime overrides hidden() / state())."""
-    from .runtime import overrides
+    Returns the keyword arguments of ActualWriter.add (hidden / state / router when asked for
+    and the runtime overrides hidden() / state() / router(); router only for a MoE model)."""
+    from .runtime import Unsupported, overrides
     hidden, state = hidden and overrides(runtime, "hidden"), state and overrides(runtime, "state")
+    router = router and overrides(runtime, "router")
+    runtime.router_requested = router
     runtime.reset()
     P, T = case.start_pos, len(case.tokens)
     if P:
@@ -360,9 +389,20 @@ def run_case(runtime, case, hidden=True, state=True):
         out["prefill_hidden"] = runtime.hidden()
     if state:
         out["prefill_state"] = runtime.state(P + T)
+    if router:
+        try:
+            out["prefill_router"] = runtime.router()
+        except Unsupported:  # e.g. a dense model: no router
+            router = runtime.router_requested = False
     runtime.hidden_requested = False
-    rows = [as_f32(runtime.forward(case.decode_tokens[s:s + 1], P + T + s), "logits")[-1]
-            for s in range(len(case.decode_tokens))]
+    rows, routes = [], []
+    for s in range(len(case.decode_tokens)):
+        rows.append(as_f32(runtime.forward(case.decode_tokens[s:s + 1], P + T + s), "logits")[-1])
+        if router:
+            routes.append(runtime.router())
+    if routes:   # [L, 1, k] per step -> [L, S, k]
+        out["decode_router"] = tuple(np.concatenate([np.asarray(r[i]) for r in routes], axis=1)
+                                     for i in range(2))
     if rows:
         out["decode_logits"] = np.stack(rows)
         if state:
@@ -370,11 +410,14 @@ def run_case(runtime, case, hidden=True, state=True):
     return out
 
 
-def record(runtime, golden_path, out_path, generator=None, hidden=True, state=True):
-    """Open `runtime` on the golden's model, run every case, write the ACTUAL file."""
+def record(runtime, golden_path, out_path, generator=None, hidden=True, state=True,
+           router=True):
+    """Open `runtime` on the golden's model, run every case, write the ACTUAL file (with the
+    router choices of a MoE model when the runtime overrides router())."""
     g = read(golden_path)
     runtime.open(g.model_dir, {})
+    router = router and bool(g.shape.experts_per_tok)
     with ActualWriter(out_path, g, generator=generator or str(runtime.name)) as w:
         for c in g.cases:
-            w.add(c, **run_case(runtime, c, hidden, state))
+            w.add(c, **run_case(runtime, c, hidden, state, router))
     return out_path

@@ -15,8 +15,10 @@ LINEAR = "linear_attention"
 class ModelShape:
     """vocab_size, hidden_size, n_layers and, when the config has them, the state shapes."""
 
-    def __init__(self, vocab_size, hidden_size, n_layers, layer_types=None, dims=None):
+    def __init__(self, vocab_size, hidden_size, n_layers, layer_types=None, dims=None,
+                 experts_per_tok=0):
         self.vocab_size, self.hidden_size, self.n_layers = vocab_size, hidden_size, n_layers
+        self.experts_per_tok = experts_per_tok  # k of a MoE model (router [L, n, k]); 0 dense
         self.layer_types = layer_types   # [FULL | LINEAR] * n_layers, or None (unknown)
         self.dims = dims                 # {"nkv", "hd", "C", "K", "nv", "dk", "dv"} or None
 
@@ -63,7 +65,11 @@ def from_json(cfg):
                 "nv": nv, "dk": dk, "dv": dv}
     except (KeyError, TypeError, ValueError):
         dims = None
-    return ModelShape(V, H, L, lt, dims)
+    try:
+        k = int(tc.get("num_experts_per_tok", 0)) if int(tc.get("num_experts", 0) or 0) > 0 else 0
+    except (TypeError, ValueError):
+        k = 0
+    return ModelShape(V, H, L, lt, dims, k)
 
 
 def load(model_dir):

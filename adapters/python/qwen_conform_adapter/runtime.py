@@ -7,7 +7,8 @@ Capabilities are announced only for the optional methods a subclass overrides: `
 "chunk_size"; `snapshot` and `restore` (both) -> "snapshot", `select_sequence` -> "sequences",
 `trim` -> "trim" (the state lifecycle checks: snapshot_restore, rollback, prefix_reuse,
 multi_sequence, ...); `forward_topk` -> "topk_only" (a runtime that returns top-k
-log-probabilities only: it need not define `forward`).
+log-probabilities only: it need not define `forward`); `router` -> "router" (a MoE model's
+router choices of the last forward: the router_topk check).
 """
 import numpy as np
 
@@ -28,6 +29,7 @@ class Runtime:
     max_context_len = 0              # 0 = no limit
     options_supported = ()           # subset of OPTION_NAMES
     hidden_requested = False         # set by serve() before each forward: the host wants hidden()
+    router_requested = False         # set by serve() before each forward: the host wants router()
     auto_fill_state = True           # False: never announce the helper's default fill_state
 
     def open(self, model_dir, options):
@@ -57,6 +59,15 @@ class Runtime:
     def hidden(self):
         """[L+1, n, H] hidden states of the last forward (HF convention; [L] after the final norm)."""
         raise Unsupported("hidden states")
+
+    def router(self):
+        """MoE models: the router's choices of the last forward, (ids [L, n, k], weights [L, n, k]):
+        per layer and position the k = num_experts_per_tok chosen experts in descending router
+        probability (integers in [0, num_experts)) and their weights renormalised to sum 1.
+        Called after forward when the host asks (router_requested); the helper checks the
+        shapes and that the ids are integers, and sends the values as they are (a wrong expert,
+        a repeated id or a NaN weight is the runtime's error: router_topk FAILs)."""
+        raise Unsupported("router choices")
 
     def state(self, n_pos):
         """The state buffers of every layer, keyed "layer_NN/k_cache" | "v_cache" | "conv_state"
@@ -109,7 +120,8 @@ def capabilities(runtime):
     """The capability strings to announce for this runtime, in protocol order.
     ValueError when options_supported is inconsistent."""
     caps = [c for m, c in (("hidden", "hidden"), ("state", "state_read"),
-                           ("fill_state", "state_fill")) if overrides(runtime, m)]
+                           ("fill_state", "state_fill"), ("router", "router"))
+            if overrides(runtime, m)]
     opts = tuple(runtime.options_supported or ())
     bad = [o for o in opts if o not in OPTION_NAMES]
     if bad:

@@ -126,11 +126,14 @@ class _Session:
                 raise Refused("open() must return vocab_size, hidden_size, n_layers: %s" % e)
             if shape is None or (V, H, L) != (shape.vocab_size, shape.hidden_size, shape.n_layers):
                 shape = modelcfg.ModelShape(V, H, L, shape and shape.layer_types,
-                                            shape and shape.dims)
+                                            shape and shape.dims,
+                                            shape.experts_per_tok if shape else 0)
         for k in ("max_tokens_per_call", "max_context_len"):
             v = getattr(self.rt, k)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise Refused("Runtime.%s must be an integer >= 0, got %r" % (k, v))
+        if not getattr(shape, "experts_per_tok", 0):   # a dense model has no router to report
+            caps = [c for c in caps if c != "router"]
         self.shape, self.caps = shape, caps
         self.default_fill = self._probe_default_fill()
         if self.default_fill:
@@ -178,6 +181,10 @@ class _Session:
         if want_hidden and "hidden" not in self.caps:
             raise Refused("hidden states asked for but not announced")
         self.rt.hidden_requested = bool(want_hidden)
+        want_router = h.get("router", False)
+        if want_router and "router" not in self.caps:
+            raise Refused("router choices asked for but not announced")
+        self.rt.router_requested = bool(want_router)
         if h.get("topk") is not None:
             return {}, self._forward_topk(h, np.asarray(toks, dtype=np.int32), start, V)
         logits = as_f32(self.rt.forward(np.asarray(toks, dtype=np.int32), start), "logits")
@@ -191,7 +198,32 @@ class _Session:
                 raise Refused("hidden() returned shape %s, expected %s"
                               % (tuple(hid.shape), (L + 1, n, H)))
             out.append(("hidden", hid))
+        if want_router:
+            out.extend(self._router(n))
         return {}, out
+
+    def _router(self, n):
+        """[("router_ids", int32 [L, n, k]), ("router_weights", f32 [L, n, k])] of the last forward."""
+        k = getattr(self.shape, "experts_per_tok", 0)
+        if not k:
+            raise Refused("router choices asked for, but config.json has no num_experts / "
+                          "num_experts_per_tok (a dense model)")
+        got = self.rt.router()
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise Refused("router() must return (ids, weights)")
+        ids = np.asarray(got[0].detach().cpu().numpy() if hasattr(got[0], "detach") else got[0])
+        w = as_f32(got[1], "router weights")
+        want = (self.shape.n_layers, n, k)
+        if ids.shape != want or w.shape != want:
+            raise Refused("router() returned ids %s and weights %s, expected %s each"
+                          % (tuple(ids.shape), tuple(w.shape), want))
+        if ids.dtype.kind not in "iu" and not (ids.dtype.kind == "f" and
+                                              np.all(np.floor(ids) == ids)):
+            raise Refused("router() ids are not integers (%s)" % ids.dtype)
+        ids = ids.astype(np.int64)
+        if ids.size and (ids.min() < -2**31 or ids.max() >= 2**31):
+            raise Refused("router() ids do not fit int32")
+        return [("router_ids", ids.astype(np.int32)), ("router_weights", w)]
 
     def _forward_topk(self, h, toks, start, V):
         """A topk_only forward: [("topk_ids", int32 [n, k]), ("topk_logprobs", f32 [n, k])]."""
