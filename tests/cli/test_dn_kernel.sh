@@ -15,7 +15,8 @@
 #     chunked_eq_recurrent; with QC_MUTANT_LAYER=2 they name layer 2;
 #   * chunk-end-decay (the chunked kernel loses the decay at each chunk end): chunked_eq_recurrent
 #     FAILS on both cases with first_divergent_layer {layer, 1, hidden} and the per-layer texts
-#     (hidden curve, the first layer whose state differs: recurrent_state); static mode passes;
+#     (hidden curve, the first layer whose state differs: recurrent_state), and the triage's
+#     cause names layer 1's DeltaNet kernel; static mode passes;
 #     without 'hidden' it is localised by the states (at_or_before layer 1) and says to announce
 #     'hidden'; with neither 'hidden' nor 'state_read' it names no layer and says what to announce.
 # Skips (exit 0, "SKIP: ...") without an exec: backend or without torch / numpy.
@@ -122,7 +123,7 @@ check_decode "$TMP/decode-kernel-l2.json" 2 && ok "decode-kernel, bug in layer 2
 # ---- chunk-end-decay: chunked_eq_recurrent names the first divergent layer ---------------------
 run chunk-end-decay '/(len005|len065)/' chunk-end-decay
 [ "$rc" -eq 1 ] && ok "chunk-end-decay: exit 1" || bad "chunk-end-decay: exit $rc (expected 1)"
-"$PY" - "$TMP/chunk-end-decay.json" <<'PYEOF' && ok "chunk-end-decay: chunked_eq_recurrent FAILs on len005 and len065 naming layer 1 (hidden curve, recurrent_state); static passes" || fails=$((fails + 1))
+"$PY" - "$TMP/chunk-end-decay.json" <<'PYEOF' && ok "chunk-end-decay: chunked_eq_recurrent FAILs on len005 and len065 naming layer 1 (hidden curve, recurrent_state, the cause: layer 1's kernel); static passes" || fails=$((fails + 1))
 import json, sys
 rows = json.load(open(sys.argv[1]))["checks"]
 cer = {r["case"]: r for r in rows if r["check"] == "chunked_eq_recurrent"}
@@ -140,6 +141,10 @@ for r in cer.values():
     assert "[1] " in d and "!" not in d.split("[1] ")[1].split(",")[0], d   # hidden[1] agrees
 st = [r for r in rows if r["mode"] == "static" and r["verdict"] != "PASS" and r["verdict"] != "SKIP"]
 assert not st, [(r["case"], r["check"]) for r in st]
+# the triage's cause of those rows: layer 1's kernel (the runs differ only in the kernel)
+causes = [c for c in json.load(open(sys.argv[1]))["causes"] if "chunked_eq_recurrent" in c["cause"]]
+assert len(causes) == 1 and causes[0]["layer"] == 1 and causes[0]["kind"] == "layer", causes
+assert "layer 1, its DeltaNet kernel" in causes[0]["cause"], causes[0]["cause"]
 PYEOF
 
 QC_MUTANT_HIDE=hidden run no-hidden '/len005/' chunk-end-decay
