@@ -431,16 +431,38 @@ START_TEST(abi_and_info) {
     ck_assert_ptr_nonnull(pl.p->get_router);
     unsigned want = QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL | QC_CAP_DN_KERNEL |
                     QC_CAP_CHUNK_SIZE | (_i == 1 ? QC_CAP_THREADS : 0u) | QC_CAP_SNAPSHOT |
-                    QC_CAP_SEQUENCES; /* no trim; no router (a dense model) */
+                    QC_CAP_SEQUENCES | QC_CAP_MLP_IN; /* no trim; no router (a dense model) */
     ck_assert_uint_eq(info.caps, want);
     char prefix[64];
     snprintf(prefix, sizeof prefix, "qwen-conform %s (as plugin): %s", be, be);
     ck_assert_msg(strncmp(info.name, prefix, strlen(prefix)) == 0, "name '%s'", info.name);
     ck_assert_ptr_nonnull(memchr(info.name, '\0', sizeof info.name));
-    /* get_hidden before any forward */
+    /* get_hidden / get_mlp_in before any forward */
     float buf[4];
     ck_assert_int_eq(p->get_hidden(h, 0, buf), QC_PLUGIN_ERROR);
     ck_assert_str_ne(p->last_error(h), "");
+    ck_assert_uint_ge(p->struct_size, QC_PLUGIN_MLP_IN_SIZE);
+    ck_assert_int_eq(p->get_mlp_in(h, 0, buf), QC_PLUGIN_ERROR);
+    /* after a forward: layer l's mlp_in lies between hidden[l] and hidden[l + 1] (the mixer
+     * added to the one, the MLP not yet to it): equal to neither; a layer past L is refused */
+    {
+        const int L = m->cfg.n_layers, H = m->cfg.hidden_size;
+        int32_t t3[3] = {1, 2, 3};
+        float *lg = malloc(sizeof(float) * 3 * m->cfg.vocab_size);
+        float *hb = malloc(sizeof(float) * 3 * H * (L + 1)), *mb = malloc(sizeof(float) * 3 * H);
+        ck_assert(lg && hb && mb);
+        ck_assert_int_eq(p->forward(h, t3, 3, 0, 1, lg), QC_PLUGIN_OK);
+        for (int i = 0; i <= L; i++)
+            ck_assert_int_eq(p->get_hidden(h, i, hb + (size_t)i * 3 * H), QC_PLUGIN_OK);
+        for (int l = 0; l < L; l++) {
+            ck_assert_msg(p->get_mlp_in(h, l, mb) == QC_PLUGIN_OK, "%s", p->last_error(h));
+            ck_assert(memcmp(mb, hb + (size_t)l * 3 * H, sizeof(float) * 3 * H) != 0);
+            ck_assert(memcmp(mb, hb + (size_t)(l + 1) * 3 * H, sizeof(float) * 3 * H) != 0);
+            for (int k = 0; k < 3 * H; k++) ck_assert(isfinite(mb[k]));
+        }
+        ck_assert_int_eq(p->get_mlp_in(h, L, mb), QC_PLUGIN_ERROR);
+        free(lg), free(hb), free(mb);
+    }
     p->close(h);
     p->close(NULL);
 

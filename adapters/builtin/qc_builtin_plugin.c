@@ -25,7 +25,8 @@
  *                  a golden the plugin never sees: the tiny fixtures get 32768 positions
  *                  (< 10 MiB of state each), the real 0.8B-9B stay at 4096.
  *   max_tokens=N   largest n per forward call (default max_context, lowered so that the hidden
- *                  capture [L+1, N, H] stays within QCB_HIDDEN_BUDGET bytes); <= max_context
+ *                  capture [2L+1, N, H], hidden states and mlp_in, stays within
+ *                  QCB_HIDDEN_BUDGET bytes); <= max_context
  *   threads=N      optimized only: OpenMP threads (0 = the OpenMP default)
  *   dn_kernel=chunked|recurrent, chunk_size=N  as set_option
  *
@@ -79,8 +80,10 @@ typedef struct {
     int capacity;          /* state positions */
     int max_tokens;        /* largest n per call */
     int L1, H, V;          /* L + 1, hidden size, vocabulary */
-    float *hidden;         /* [L+1, max_tokens, H]: the hidden states of the last forward */
-    unsigned char *seen;   /* [L+1]: index written by the last forward */
+    float *hidden;         /* [2L+1, max_tokens, H]: the hidden states of the last forward
+                              (rows 0..L), then its mlp_in (rows L+1+l: the trace's "mlp_in" /
+                              "moe_in" of layer l) */
+    unsigned char *seen;   /* [2L+1]: row written by the last forward */
     int hidden_n;          /* tokens of the last successful forward (0: none) */
     int hidden_bad;        /* the trace reported an unexpected index / width / length */
     int cur_n;             /* n of the forward in progress (for the trace hook) */
@@ -124,8 +127,19 @@ static void qcb_trace(void *user, int index, const char *name, int start_pos, in
         h->rseen[index] = 1;
         return;
     }
-    if (name && strcmp(name, "hidden")) return; /* "moe_in" */
-    if (index < 0 || index >= h->L1 || dim != h->H || n_tokens != h->cur_n ||
+    if (name && (!strcmp(name, "mlp_in") || !strcmp(name, "moe_in"))) {
+        if (index < 0 || index >= h->L1 - 1) {
+            h->hidden_bad = 1;
+            return;
+        }
+        index += h->L1; /* kept for get_mlp_in, after the hidden rows */
+    } else if (name && strcmp(name, "hidden")) {
+        return;
+    } else if (index >= h->L1) {
+        h->hidden_bad = 1;
+        return;
+    }
+    if (index < 0 || dim != h->H || n_tokens != h->cur_n ||
         n_tokens > h->max_tokens) {
         h->hidden_bad = 1;
         return;
@@ -316,7 +330,7 @@ static int size_handle(qcb_handle *h, const char *model_dir, const qcb_open_opts
                           model_dir, o->want_tok, h->capacity);
         h->max_tokens = o->want_tok;
     } else {
-        size_t per_tok = (size_t)h->L1 * h->H * sizeof(float);
+        size_t per_tok = (size_t)(2 * h->L1 - 1) * h->H * sizeof(float);
         size_t fit = QCB_HIDDEN_BUDGET / (per_tok ? per_tok : 1);
         h->max_tokens = fit < (size_t)h->capacity ? (fit > 0 ? (int)fit : 1) : h->capacity;
     }
@@ -327,12 +341,12 @@ static int size_handle(qcb_handle *h, const char *model_dir, const qcb_open_opts
     if (s != QC_OK)
         return seterr(NULL, QC_PLUGIN_ERROR, "open %s: max_context %d: %s", model_dir,
                       o->want_ctx > 0 ? o->want_ctx : QCB_DEFAULT_CONTEXT, e.msg);
-    h->hidden = malloc((size_t)h->L1 * h->max_tokens * h->H * sizeof(float));
-    h->seen = calloc((size_t)h->L1, 1);
+    h->hidden = malloc((size_t)(2 * h->L1 - 1) * h->max_tokens * h->H * sizeof(float));
+    h->seen = calloc((size_t)(2 * h->L1 - 1), 1);
     if (!h->hidden || !h->seen)
         return seterr(NULL, QC_PLUGIN_ERROR,
                       "open %s: out of memory for the hidden capture (%d x %d x %d floats)",
-                      model_dir, cfg->n_layers + 1, o->want_tok > 0 ? o->want_tok : h->capacity,
+                      model_dir, 2 * cfg->n_layers + 1, o->want_tok > 0 ? o->want_tok : h->capacity,
                       cfg->hidden_size);
     if (h->K > 0) {
         h->router = malloc((size_t)cfg->n_layers * h->max_tokens * 2 * h->K * sizeof(float));
@@ -355,7 +369,7 @@ static void fill_info(const qcb_handle *h, qc_plugin_info *info) {
     info->max_context_len = h->capacity;
     info->caps = QC_CAP_HIDDEN | QC_CAP_STATE_READ | QC_CAP_STATE_FILL | QC_CAP_DN_KERNEL |
                  QC_CAP_CHUNK_SIZE | (is_optimized() ? QC_CAP_THREADS : 0u) | QC_CAP_SNAPSHOT |
-                 QC_CAP_SEQUENCES | (h->K > 0 ? QC_CAP_ROUTER : 0u);
+                 QC_CAP_SEQUENCES | QC_CAP_MLP_IN | (h->K > 0 ? QC_CAP_ROUTER : 0u);
     snprintf(info->name, sizeof info->name, "qwen-conform %s (as plugin): %s", QC_PLUGIN_BACKEND,
              h->be->describe ? h->be->describe(h->be) : h->be->name);
 }
@@ -453,7 +467,7 @@ static int qcb_forward(void *handle, const int32_t *tokens, int32_t n, int32_t s
 
     h->hidden_n = 0;
     h->hidden_bad = 0;
-    memset(h->seen, 0, (size_t)h->L1);
+    memset(h->seen, 0, (size_t)(2 * h->L1 - 1));
     if (h->rseen) memset(h->rseen, 0, (size_t)h->L1 - 1);
     h->cur_n = n;
     qc_err e;
@@ -505,6 +519,23 @@ static int qcb_get_hidden(void *handle, int32_t index, float *dst) {
                       "forward",
                       (int)index);
     memcpy(dst, h->hidden + (size_t)index * h->max_tokens * h->H,
+           (size_t)h->hidden_n * h->H * sizeof(float));
+    return QC_PLUGIN_OK;
+}
+
+static int qcb_get_mlp_in(void *handle, int32_t layer, float *dst) {
+    qcb_handle *h = handle;
+    if (!h) return seterr(NULL, QC_PLUGIN_ERROR, "get_mlp_in: NULL handle");
+    if (!dst) return seterr(h, QC_PLUGIN_ERROR, "get_mlp_in: NULL dst");
+    if (layer < 0 || layer >= h->L1 - 1)
+        return seterr(h, QC_PLUGIN_ERROR, "get_mlp_in: layer %d outside [0, %d)", (int)layer,
+                      h->L1 - 1);
+    if (h->hidden_n == 0)
+        return seterr(h, QC_PLUGIN_ERROR, "get_mlp_in: no successful forward since open/reset");
+    if (h->hidden_bad || !h->seen[h->L1 + layer])
+        return seterr(h, QC_PLUGIN_ERROR, "get_mlp_in: the backend's trace did not report layer "
+                      "%d's mlp_in in the last forward", (int)layer);
+    memcpy(dst, h->hidden + (size_t)(h->L1 + layer) * h->max_tokens * h->H,
            (size_t)h->hidden_n * h->H * sizeof(float));
     return QC_PLUGIN_OK;
 }
@@ -665,6 +696,7 @@ static const qc_runtime_plugin qcb_plugin = {
     .select_sequence = qcb_select_sequence,
     .forward_topk = NULL,
     .get_router = qcb_get_router,
+    .get_mlp_in = qcb_get_mlp_in,
 };
 
 QCB_EXPORT const qc_runtime_plugin *qc_runtime_plugin_entry(void);

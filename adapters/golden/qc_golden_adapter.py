@@ -75,7 +75,7 @@ class GoldenF32(Runtime):
         self.model = qmodel.Model.from_dir(model_dir)
         self.model.W = {k: v.to(torch.float32) for k, v in self.model.W.items()}
         self.kernel, self.chunk, self.last_hidden = "auto", deltarule.CHUNK, None
-        self.last_router = self.moe_trace = None
+        self.last_router = self.moe_trace = self.last_mlp_in = None
         for k, v in options.items():
             self.set_option(k, v)
         self.reset()
@@ -86,7 +86,7 @@ class GoldenF32(Runtime):
     def reset(self):
         with float32_calls():
             self.cache = self.model.new_state()
-        self.last_hidden = self.last_router = None
+        self.last_hidden = self.last_router = self.last_mlp_in = None
 
     def _run(self, tokens):
         """One model call on self.cache: (logits [n, V], hidden [L+1, n, H]) float32 tensors;
@@ -104,8 +104,8 @@ class GoldenF32(Runtime):
             self.reset()    # the no-KV strategy: the caller restarts the sequence
         if start_pos != self.cache.pos:
             raise ValueError("start_pos %d but %d positions are cached" % (start_pos, self.cache.pos))
-        trace = self.moe_trace = {} if self.model.cfg.is_moe else None
-        self.last_router = None
+        trace = self.moe_trace = {}     # moe_in + the router (MoE) or mlp_in (dense)
+        self.last_router = self.last_mlp_in = None
         try:
             logits, hidden = self._run([int(t) for t in tokens])
         finally:
@@ -113,12 +113,18 @@ class GoldenF32(Runtime):
         if logits.dtype != torch.float32:
             raise AssertionError("computed in %s, not float32" % logits.dtype)
         self.last_hidden = hidden
-        if trace:
+        if "topk_ids" in trace:
             self.last_router = (trace["topk_ids"], trace["topk_weights"])
+        self.last_mlp_in = trace.get("moe_in", trace.get("mlp_in"))
         return logits.numpy()
 
     def hidden(self):
         return self.last_hidden.numpy()
+
+    def mlp_in(self):
+        if self.last_mlp_in is None:
+            raise ValueError("no mlp_in: no forward since reset")
+        return self.last_mlp_in
 
     def router(self):
         if not self.model.cfg.is_moe:

@@ -230,8 +230,9 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     }
     hcap hc = {0};
     int want_hidden = gc->prefill_hidden != NULL && (be->caps & QC_BE_CAP_HIDDEN) && !c->o->topk;
-    ck_moecap mc; /* MoE: moe_in / router_topk traces (qc_check_router.c) */
-    int want_moe = qc_cfg_is_moe(cfg) && (be->caps & (QC_BE_CAP_HIDDEN | QC_BE_CAP_ROUTER)) &&
+    ck_moecap mc; /* moe_in (MoE) / mlp_in (dense), router_topk traces (qc_check_router.c) */
+    int want_moe = (qc_cfg_is_moe(cfg) || gc->prefill_moe_in) && /* dense: mlp_in */
+                   (be->caps & (QC_BE_CAP_HIDDEN | QC_BE_CAP_ROUTER)) &&
                    !c->o->topk && ck_moecap_init(&mc, cfg, gc) == QC_OK;
     if (want_moe) hc.moe = &mc;
     if (want_hidden) {

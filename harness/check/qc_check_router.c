@@ -515,8 +515,8 @@ void ck_moe_localise(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, cons
     size_t k = strlen(loc);
     const char *sep = k ? "\n" : "";
     if (ok < 0) {
-        snprintf(loc + k, loclen - k, "%sMixer or %s of layer %d: unknown (the backend "
-                 "traced no %s for it)", sep, blk, l, in);
+        snprintf(loc + k, loclen - k, "%sMixer or %s of layer %d: the runtime sent no %s "
+                 "(announce `mlp_in` to tell them apart)", sep, blk, l, in);
         return;
     }
     if (!ok) {

@@ -60,6 +60,7 @@ static const struct {
     {QC_CAP_SNAPSHOT, "snapshot"},   {QC_CAP_SEQUENCES, "sequences"},
     {QC_CAP_TRIM, "trim"},           {QC_CAP_TOPK_ONLY, "topk_only"},
     {QC_CAP_ROUTER, "router"},
+    {QC_CAP_MLP_IN, "mlp_in"},
 };
 
 /* A plugin call returned rc != OK: the plugin's last_error (after "what: " when what is not
@@ -132,6 +133,8 @@ int as_op_open(as_server *s, const cJSON *req, as_fail *f) {
     if (!lifecycle || !a->select_sequence) caps &= ~QC_CAP_SEQUENCES;
     if (!lifecycle || !a->trim) caps &= ~QC_CAP_TRIM;
     if (a->struct_size < QC_PLUGIN_TOPK_SIZE || !a->forward_topk) caps &= ~QC_CAP_TOPK_ONLY;
+    if (a->struct_size < QC_PLUGIN_MLP_IN_SIZE || !a->get_mlp_in || !(caps & QC_CAP_HIDDEN))
+        caps &= ~QC_CAP_MLP_IN; /* sent with the hidden states */
     /* the router's [L, n, k] needs k from config.json */
     if (a->struct_size < QC_PLUGIN_ROUTER_SIZE || !a->get_router || !s->cfg_ok ||
         !qc_cfg_is_moe(&s->cfg) || s->cfg.n_layers != s->info.n_layers)
@@ -210,6 +213,29 @@ static int forward_topk_op(as_server *s, const cJSON *kj, int32_t *ids, int n, l
     return w;
 }
 
+/* After a forward of n tokens asked for "hidden": true by a plugin with QC_CAP_MLP_IN: every
+ * layer's get_mlp_in into dst [L, n, H] and the tensor "mlp_in" at *out (dst stays the
+ * caller's). */
+static int mlp_in_out(as_server *s, int n, float *dst, as_tensor *out, as_fail *f) {
+    const int L = s->info.n_layers, H = s->info.hidden_size;
+    for (int l = 0; l < L; l++) {
+        int rc = s->api->get_mlp_in(s->h, l, dst + (size_t)l * n * H);
+        if (rc != QC_PLUGIN_OK) {
+            char what[48];
+            snprintf(what, sizeof what, "get_mlp_in(%d)", l);
+            return plugin_fail(s, f, rc, what);
+        }
+    }
+    snprintf(out->name, sizeof out->name, "mlp_in");
+    out->rank = 3;
+    out->shape[0] = L;
+    out->shape[1] = n;
+    out->shape[2] = H;
+    out->data = dst;
+    out->count = (size_t)L * n * H;
+    return 0;
+}
+
 /* After a forward of n tokens asked for "router": true: every layer's get_router into two
  * [L, n, k] tensors, router_ids (int32: 4 bytes per element on the wire, like topk_ids) and
  * router_weights, at out[0..2); the caller frees out[0].data (one block for both). */
@@ -286,14 +312,17 @@ int as_op_forward(as_server *s, const cJSON *req, as_fail *f) {
     int ovf = 0;
     size_t rows = all_logits ? (size_t)n : 1;
     size_t nlog = mul_count(rows, (size_t)V, &ovf);
+    const int want_mlp_in = want_hidden && (s->caps & QC_CAP_MLP_IN); /* after the hidden */
     size_t nhid = want_hidden ? mul_count(mul_count((size_t)L + 1, (size_t)n, &ovf), (size_t)H,
                                           &ovf) : 0;
+    size_t nmlp = want_mlp_in ? mul_count(mul_count((size_t)L, (size_t)n, &ovf), (size_t)H, &ovf)
+                              : 0;
     if (ovf) {
         free(ids);
         return as_failf(f, 0, "forward: %d tokens: the output does not fit in memory", n);
     }
     float *logits = malloc(nlog * sizeof(float));
-    float *hidden = want_hidden ? malloc(nhid * sizeof(float) + 4) : NULL;
+    float *hidden = want_hidden ? malloc((nhid + nmlp) * sizeof(float) + 4) : NULL;
     if (!logits || (want_hidden && !hidden)) {
         free(ids), free(logits), free(hidden);
         return as_failf(f, 0, "forward: out of memory for the outputs of %d tokens", n);
@@ -313,9 +342,13 @@ int as_op_forward(as_server *s, const cJSON *req, as_fail *f) {
             return plugin_fail(s, f, rc, what);
         }
     }
-    as_tensor out[4];
+    as_tensor out[5];
     memset(out, 0, sizeof out);
     int nt = want_hidden ? 2 : 1;
+    if (want_mlp_in && (rc = mlp_in_out(s, n, hidden + nhid, out + nt++, f)) != 0) {
+        free(logits), free(hidden);
+        return rc;
+    }
     if (want_router && (rc = router_out(s, n, out + nt, f)) != 0) {
         free(logits), free(hidden);
         return rc;

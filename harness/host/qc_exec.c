@@ -66,7 +66,8 @@ static int x_forward(void *h, const int32_t *tokens, int32_t n, int32_t start_po
     int want_h = x->want_hidden && (x->info.caps & QC_CAP_HIDDEN);
     int K = x->have_dims ? x->dims.n_experts_per_tok : 0;
     int want_r = x->want_router && (x->info.caps & QC_CAP_ROUTER) && K > 0;
-    tspec sp[4];
+    int want_m = want_h && (x->info.caps & QC_CAP_MLP_IN); /* mlp_in [L, n, H] after hidden */
+    tspec sp[5];
     int ns = want_h ? 2 : 1;
     memset(sp, 0, sizeof sp);
     snprintf(sp[0].name, sizeof sp[0].name, "logits");
@@ -75,7 +76,7 @@ static int x_forward(void *h, const int32_t *tokens, int32_t n, int32_t start_po
     sp[0].dims[1] = V;
     sp[0].dst = logits;
     if (want_h) { /* allocated before the request: a failure here leaves the stream in step */
-        size_t need = (size_t)(L + 1) * (size_t)n * (size_t)H;
+        size_t need = (size_t)(L + 1 + (want_m ? L : 0)) * (size_t)n * (size_t)H;
         if (ex_grow((void **)&x->hidden, &x->hidden_cap, need * sizeof(float)))
             return ex_local_err(x, QC_PLUGIN_ERROR, "forward", "out of memory for hidden states "
                                 "[%lld, %d, %lld]", (long long)(L + 1), (int)n, (long long)H);
@@ -85,6 +86,15 @@ static int x_forward(void *h, const int32_t *tokens, int32_t n, int32_t start_po
         sp[1].dims[1] = n;
         sp[1].dims[2] = H;
         sp[1].dst = x->hidden;
+    }
+    if (want_m) { /* stored after the hidden states in the same buffer */
+        snprintf(sp[ns].name, sizeof sp[ns].name, "mlp_in");
+        sp[ns].ndim = 3;
+        sp[ns].dims[0] = L;
+        sp[ns].dims[1] = n;
+        sp[ns].dims[2] = H;
+        sp[ns].dst = x->hidden + (size_t)(L + 1) * (size_t)n * (size_t)H;
+        ns++;
     }
     if (want_r) { /* router_ids (int32) then router_weights, both [L, n, k] */
         size_t bytes = (size_t)L * (size_t)n * (size_t)K * 4;
@@ -120,6 +130,7 @@ static int x_forward(void *h, const int32_t *tokens, int32_t n, int32_t start_po
     if (want_h) {
         x->hidden_valid = 1;
         x->hidden_n = n;
+        x->hidden_has_mlp_in = want_m;
     }
     if (want_r) {
         x->router_valid = 1;
@@ -224,6 +235,26 @@ static int x_get_hidden(void *h, int32_t index, float *dst) {
                             (int)index, L, dst ? "" : ", dst NULL");
     size_t blk = (size_t)x->hidden_n * (size_t)H;
     memcpy(dst, x->hidden + (size_t)index * blk, blk * sizeof(float));
+    return QC_PLUGIN_OK;
+}
+
+/* Layer `layer`'s mlp_in [n, H] of the last forward (sent with its hidden states). */
+static int x_get_mlp_in(void *h, int32_t layer, float *dst) {
+    qc_exec *x = h;
+    if (!x) return QC_PLUGIN_ERROR;
+    if (!(x->info.caps & QC_CAP_MLP_IN))
+        return ex_local_err(x, QC_PLUGIN_UNSUPPORTED, "get_mlp_in", "the adapter did not announce "
+                            "the 'mlp_in' capability");
+    if (x->dead) return ex_not_running(x, "get_mlp_in");
+    int L = dim_layers(x), H = dim_hidden(x);
+    if (!x->hidden_valid || !x->hidden_has_mlp_in)
+        return ex_local_err(x, QC_PLUGIN_ERROR, "get_mlp_in", "no mlp_in: the last forward did "
+                            "not return it (hidden states not asked for, or the forward failed)");
+    if (layer < 0 || layer >= L || !dst)
+        return ex_local_err(x, QC_PLUGIN_ERROR, "get_mlp_in", "bad arguments (layer %d of 0..%d%s)",
+                            (int)layer, L - 1, dst ? "" : ", dst NULL");
+    size_t blk = (size_t)x->hidden_n * (size_t)H;
+    memcpy(dst, x->hidden + (size_t)(L + 1 + layer) * blk, blk * sizeof(float));
     return QC_PLUGIN_OK;
 }
 
@@ -441,6 +472,7 @@ static const qc_runtime_plugin exec_api = {
     .trim = x_trim,
     .forward_topk = x_forward_topk,
     .get_router = x_get_router,
+    .get_mlp_in = x_get_mlp_in,
 };
 
 /* ===================================================================================== */

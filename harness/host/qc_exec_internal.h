@@ -74,6 +74,7 @@ typedef struct {
     size_t hidden_cap;         /* floats allocated */
     int32_t hidden_n;
     int hidden_valid;
+    int hidden_has_mlp_in;     /* the last forward's mlp_in [L, n, H] follows the hidden states */
 
     int want_router;           /* qc_exec_want_router */
     int32_t *router_ids;       /* last forward's [L, n, k] router ids when router_valid */

@@ -27,7 +27,7 @@ static const struct {
     {"dn_kernel", QC_CAP_DN_KERNEL}, {"chunk_size", QC_CAP_CHUNK_SIZE},
     {"snapshot", QC_CAP_SNAPSHOT},   {"sequences", QC_CAP_SEQUENCES},
     {"trim", QC_CAP_TRIM},           {"topk_only", QC_CAP_TOPK_ONLY},
-    {"router", QC_CAP_ROUTER},
+    {"router", QC_CAP_ROUTER},       {"mlp_in", QC_CAP_MLP_IN},
 };
 
 /* obj[key] as an int32 in [lo, INT32_MAX]; absent -> def (or an error when def < lo). */

@@ -1,7 +1,8 @@
 /* qc_remote.c — a runtime behind the plugin ABI vtable as a qc_backend (see qc_remote.h).
  *
  * forward: pushes changed settings (dn_kernel, chunk_size) through set_option, calls the
- * runtime, then feeds the trace hook from get_hidden ("hidden") and, for a MoE model whose
+ * runtime, then feeds the trace hook from get_hidden ("hidden"), from get_mlp_in ("mlp_in" /
+ * "moe_in", with the hidden states, when announced) and, for a MoE model whose
  * runtime announces 'router', from get_router ("router_topk": per position the k ids as floats,
  * then the k weights, exactly what the built-in backends trace; the values go on unchanged, the
  * router_topk check judges them). sync_state: copies get_state's canonical
@@ -32,6 +33,7 @@ static const struct {
     {QC_CAP_SNAPSHOT, "snapshot"},     {QC_CAP_SEQUENCES, "sequences"},
     {QC_CAP_TRIM, "trim"},             {QC_REMOTE_CAP_DYNAMIC, "dynamic"},
     {QC_CAP_TOPK_ONLY, "topk_only"},   {QC_CAP_ROUTER, "router"},
+    {QC_CAP_MLP_IN, "mlp_in"},
 };
 #define N_CAP_NAMES (sizeof cap_names / sizeof cap_names[0])
 
@@ -64,7 +66,7 @@ qc_status qc_cap_parse(const char *list, unsigned *bits, qc_err *err) {
         if (i == N_CAP_NAMES)
             return qc_errf(err, QC_ERR_ARG, "--require: unknown capability '%s' (hidden, "
                            "state_read, state_fill, threads, dn_kernel, chunk_size, snapshot, "
-                           "sequences, trim, router, dynamic)", t);
+                           "sequences, trim, router, mlp_in, dynamic)", t);
         *bits |= cap_names[i].bit;
     }
     return QC_OK;
@@ -185,6 +187,16 @@ static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int st
             be->opts.trace(be->opts.trace_user, i, "hidden", start_pos, n, cfg->hidden_size,
                            R->hidden_buf);
         }
+    }
+    /* the mixer outputs: "moe_in" / "mlp_in" rows, as the built-in backends trace them */
+    for (int l = 0; want_hidden && (be->caps & QC_BE_CAP_MLP_IN) && l < cfg->n_layers; l++) {
+        if (R->api->get_mlp_in(R->h, l, R->hidden_buf) != QC_PLUGIN_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "get_mlp_in(%d)", l);
+            return rt_fail(R, err, what);
+        }
+        be->opts.trace(be->opts.trace_user, l, qc_cfg_is_moe(cfg) ? "moe_in" : "mlp_in",
+                       start_pos, n, cfg->hidden_size, R->hidden_buf);
     }
     return QC_OK;
 }
@@ -415,6 +427,8 @@ qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *ap
     }
     if (api->struct_size >= QC_PLUGIN_TOPK_SIZE && api->forward_topk)
         caps |= info->caps & QC_CAP_TOPK_ONLY;
+    if (api->struct_size >= QC_PLUGIN_MLP_IN_SIZE && api->get_mlp_in && (caps & QC_CAP_HIDDEN))
+        caps |= info->caps & QC_CAP_MLP_IN; /* asked for beside the hidden states */
     /* the router: a MoE model, get_router covered by struct_size, and its buffers */
     if (api->struct_size >= QC_PLUGIN_ROUTER_SIZE && api->get_router && qc_cfg_is_moe(cfg) &&
         cfg->n_experts_per_tok > 0 && (info->caps & QC_CAP_ROUTER)) {
@@ -461,5 +475,6 @@ _Static_assert(QC_CAP_HIDDEN == QC_BE_CAP_HIDDEN && QC_CAP_STATE_READ == QC_BE_C
                    QC_CAP_DN_KERNEL == QC_BE_CAP_DN_KERNEL && QC_CAP_CHUNK_SIZE == QC_BE_CAP_CHUNK_SIZE &&
                    QC_CAP_SNAPSHOT == QC_BE_CAP_SNAPSHOT &&
                    QC_CAP_SEQUENCES == QC_BE_CAP_SEQUENCES && QC_CAP_TRIM == QC_BE_CAP_TRIM &&
-                   QC_CAP_TOPK_ONLY == QC_BE_CAP_TOPK_ONLY && QC_CAP_ROUTER == QC_BE_CAP_ROUTER,
+                   QC_CAP_TOPK_ONLY == QC_BE_CAP_TOPK_ONLY && QC_CAP_ROUTER == QC_BE_CAP_ROUTER &&
+                   QC_CAP_MLP_IN == QC_BE_CAP_MLP_IN,
                "plugin ABI capability bits must equal the backend capability bits");

@@ -149,7 +149,8 @@ static void gather(const work *w, evid *e) {
         if (j < nk && ++cnt[j] > (best < 0 ? 0 : cnt[best])) best = j;
     }
     if (best >= 0) e->loc = keys[best];
-    if (e->loc.kind == QC_LOC_LAYER && !e->loc.block[0] && e->st_layer == e->loc.layer)
+    if (e->loc.kind == QC_LOC_LAYER && (!e->loc.block[0] || !strcmp(e->loc.block, "mixer")) &&
+        e->st_layer == e->loc.layer)
         e->mixer = "mixer";
 }
 
@@ -173,6 +174,10 @@ static void loc_phrase(const work *w, const evid *e, char *b, size_t n) {
                      at);
         else if (!strcmp(L->block, "mlp"))
             snprintf(b, n, "layer %d%s, MLP (mlp_in, the mixer output, agrees)", L->layer, at);
+        else if (!strcmp(L->block, "mixer") && e->mixer)
+            snprintf(b, n, "layer %d%s, mixer (its output, moe_in / mlp_in, already differs; its "
+                     "%s diverges while its input (hidden[%d]) agrees)", L->layer, at, e->st_cls,
+                     L->layer);
         else if (!strcmp(L->block, "mixer"))
             snprintf(b, n, "layer %d%s, mixer (its output, moe_in / mlp_in, already differs)",
                      L->layer, at);

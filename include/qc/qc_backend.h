@@ -84,7 +84,11 @@ void qc_backend_opts_default(qc_backend_opts *o);
  * position of each call). The built-in backends have it; a runtime under test announces it
  * (plugin QC_CAP_ROUTER + get_router, exec 'router'). */
 #define QC_BE_CAP_ROUTER     (1u << 10)
-#define QC_BE_CAP_ALL (0x3fu | QC_BE_CAP_ROUTER)
+/* Each layer's mixer output: opts.trace is called with "mlp_in" (dense) / "moe_in" (MoE) rows
+ * beside the hidden states. The built-in backends have it; a runtime under test announces it
+ * (plugin QC_CAP_MLP_IN + get_mlp_in, exec 'mlp_in'). */
+#define QC_BE_CAP_MLP_IN     (1u << 11)
+#define QC_BE_CAP_ALL (0x3fu | QC_BE_CAP_ROUTER | QC_BE_CAP_MLP_IN)
 /* State lifecycle (a runtime under test: its own entries below; the built-in backends need none:
  * their state is the qc_state the caller passes, so the caller copies it and keeps one per
  * sequence). Not in QC_BE_CAP_ALL. */

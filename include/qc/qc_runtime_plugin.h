@@ -27,6 +27,9 @@
  *                    one layer, in descending router probability (golden/SCHEMA.md "MoE")
  *   router weights   [n, k] float32: their weights, the top-k probabilities renormalised to
  *                    sum 1 (what the MoE block multiplies the experts' outputs by)
+ *   mlp_in layer l   [n, H]: the residual stream after layer l's mixer (attention or DeltaNet)
+ *                    and its residual add, before post_attention_layernorm: the input of the
+ *                    layer's MLP (MoE block) — golden/SCHEMA.md mlp_in / moe_in
  */
 #ifndef QC_RUNTIME_PLUGIN_H
 #define QC_RUNTIME_PLUGIN_H
@@ -66,6 +69,9 @@ enum {
 /* v1 minor addition (get_router, after forward_topk; used only when struct_size covers it and
  * the bit is announced): */
 #define QC_CAP_ROUTER      (1u << 10) /* get_router: a MoE model's router choices */
+/* v1 minor addition (get_mlp_in, after get_router; used only when struct_size covers it and
+ * the bit is announced): */
+#define QC_CAP_MLP_IN      (1u << 11) /* get_mlp_in: each layer's mixer output (mixer or MLP?) */
 
 /* At least this many snapshot slots (0..QC_PLUGIN_MIN_SNAPSHOTS-1) with QC_CAP_SNAPSHOT, and
  * sequences (0..QC_PLUGIN_MIN_SEQUENCES-1) with QC_CAP_SEQUENCES. */
@@ -176,6 +182,15 @@ typedef struct qc_runtime_plugin {
      * values are compared as they are: an id out of range or repeated, a NaN weight FAILs
      * router_topk with the evidence. */
     int (*get_router)(void *handle, int32_t layer, int32_t *ids, float *weights);
+
+    /* ---- optional v1 addition (the mixer / MLP split): present when struct_size covers it ----
+     * QC_CAP_MLP_IN: layer `layer`'s (0..L-1) mlp_in (canonical layouts above) of the last
+     * successful forward call into dst [n, H]. The harness calls it beside get_hidden, when a
+     * check localises a divergence: with it, a layer that diverges is split into its mixer
+     * (mlp_in already differs) or its MLP / MoE block (mlp_in agrees, the layer output does not);
+     * without it the localisation names the layer only. QC_PLUGIN_ERROR when there was no
+     * successful forward since open / reset. */
+    int (*get_mlp_in)(void *handle, int32_t layer, float *dst);
 } qc_runtime_plugin;
 
 typedef const qc_runtime_plugin *(*qc_runtime_plugin_entry_fn)(void);
@@ -189,6 +204,8 @@ typedef const qc_runtime_plugin *(*qc_runtime_plugin_entry_fn)(void);
 #define QC_PLUGIN_TOPK_SIZE (offsetof(qc_runtime_plugin, forward_topk) + sizeof(void *))
 /* The size that covers get_router (a plugin built before it: the field is never read). */
 #define QC_PLUGIN_ROUTER_SIZE (offsetof(qc_runtime_plugin, get_router) + sizeof(void *))
+/* The size that covers get_mlp_in (a plugin built before it: the field is never read). */
+#define QC_PLUGIN_MLP_IN_SIZE (offsetof(qc_runtime_plugin, get_mlp_in) + sizeof(void *))
 
 #ifdef __cplusplus
 }

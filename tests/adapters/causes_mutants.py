@@ -9,8 +9,10 @@ reset-nothing   reset() does nothing: the positions restart       state not rese
                 (KV slots are overwritten) but the DeltaNet conv  sequences (garbage_reset and
                 and recurrent states of the previous sequence     every sequence after the
                 (and a NaN fill) carry over                       first fail)
-mlp-l2          layer 2's MLP output is 1 % too large; hidden,    layer 2 (mixer or MLP: the
-                state_read and state_fill announced               hidden states cannot tell)
+mlp-l2          layer 2's MLP output is 1 % too large; hidden,    layer 2, MLP (mlp_in, the
+                mlp_in, state_read and state_fill announced       mixer output, agrees)
+mlp-l2-nomlpin  the same bug; hidden without mlp_in               layer 2 (mixer or MLP: the
+                                                                  hidden states cannot tell)
 mlp-l2-states   the same bug; state_read only (no hidden)         at or before layer 3, after
                                                                   layer 2 whose state passes
 mlp-l2-logits   the same bug; logits only (no hidden, no state)   no layer named: announce
@@ -58,6 +60,12 @@ class MlpL2(GoldenF32):
     """Layer 2's MLP output 1 % too large (hidden, state_read, state_fill announced)."""
 
 
+class MlpL2NoMlpIn(MlpL2):
+    """The same bug, hidden states without mlp_in (the mixer output)."""
+
+    mlp_in = Runtime.mlp_in
+
+
 class MlpL2States(MlpL2):
     """The same bug, without the hidden capability (state_read, state_fill only)."""
 
@@ -73,6 +81,7 @@ class MlpL2Logits(MlpL2):
 
 
 MUTANTS = {"good": GoldenF32, "reset-nothing": ResetNothing, "mlp-l2": MlpL2,
+           "mlp-l2-nomlpin": MlpL2NoMlpIn,
            "mlp-l2-states": MlpL2States, "mlp-l2-logits": MlpL2Logits}
 
 

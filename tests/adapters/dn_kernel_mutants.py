@@ -106,11 +106,13 @@ class Logged(GoldenF32):
         return self.kernel if len(tokens) > 1 else "recurrent"
 
     def _run(self, tokens, *trace):
-        """GoldenF32._run with the kernel of _kernel (trace: its optional MoE trace dict)."""
+        """GoldenF32._run with the kernel of _kernel (trace: the golden adapter's moe_trace dict,
+        which receives mlp_in / moe_in and the router)."""
         kernel = self._kernel(tokens)
         self._log("forward %d %d %s" % (len(tokens), self.cache.pos, kernel))
         with float32_calls(self.chunk):
-            return self.model.forward(tokens, self.cache, kernel, True, *trace)
+            return self.model.forward(tokens, self.cache, kernel, True,
+                                      trace[0] if trace else self.moe_trace)
 
 
 class DecodeKernel(Logged):

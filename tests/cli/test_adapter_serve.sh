@@ -209,7 +209,7 @@ def model_cfg(model_dir):
     return c["vocab_size"], c["hidden_size"], n, kinds
 
 CAPS = {"hidden", "state_read", "state_fill", "threads", "dn_kernel", "chunk_size", "snapshot",
-        "sequences", "trim"}
+        "sequences", "trim", "router", "mlp_in"}
 
 # ---- against the built-in reference plugin -----------------------------------------------------
 if REF:
@@ -256,9 +256,10 @@ if REF:
     h, _, _ = c.req({"op": "forward", "tokens": [1, 2], "start_pos": 0, "all_logits": "yes"})
     check(is_err(h), "forward with a non-boolean all_logits -> error frame")
     h, t, names = c.req({"op": "forward", "tokens": [5, 6, 7], "start_pos": 0, "all_logits": True, "hidden": True})
-    check(h.get("type") == "ok" and names == ["logits", "hidden"], "forward: tensors %s" % names)
-    check(t.get("logits", [None])[0] == [3, V] and t.get("hidden", [None])[0] == [L + 1, 3, H],
-          "forward shapes logits [3, V], hidden [L+1, 3, H]")
+    check(h.get("type") == "ok" and names == ["logits", "hidden", "mlp_in"], "forward: tensors %s" % names)
+    check(t.get("logits", [None])[0] == [3, V] and t.get("hidden", [None])[0] == [L + 1, 3, H] and
+          t.get("mlp_in", [None])[0] == [L, 3, H],
+          "forward shapes logits [3, V], hidden [L+1, 3, H], mlp_in [L, 3, H] (the plugin's get_mlp_in)")
     full_rows = t["logits"][1] if "logits" in t else None
     hidden0 = t["hidden"][1][:3 * H] if "hidden" in t else None
     check(full_rows is not None and all(math.isfinite(x) for x in full_rows), "logits finite")

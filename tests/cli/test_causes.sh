@@ -5,7 +5,7 @@
 #   (a) reset() that resets nothing (tests/adapters/causes_mutants.py reset-nothing, and
 #       mutants.py conv-not-reset): one cause, "state not reset between sequences", naming
 #       garbage_reset, explaining (nearly) every failing row, naming no layer
-#   (b) layer 2's MLP 1 % off, hidden announced: "layer 2 (mixer or MLP: the hidden states
+#   (b) layer 2's MLP 1 % off, hidden and mlp_in announced: "layer 2, MLP"; hidden alone: "layer 2 (mixer or MLP: the hidden states
 #       cannot tell ...)"; the same with states only: the interval "at or before layer 3, after
 #       layer 2"
 #   (c) the same bug through the logits only: "no layer named: announce `hidden` to localise"
@@ -104,15 +104,25 @@ PY
   done
 
   # ---- (b) layer 2's MLP, with the hidden states; then with the states only -----------------
+  #      with mlp_in (the mixer output) the cause names the MLP; without it, only the layer
   run mlp-l2 1 --golden "$ONE" --filter '/len00[25]/' --backend "exec:$CM mlp-l2"
-  line mlp-l2 "layer 2 (mixer or MLP: the hidden states cannot tell; a mixer-output trace, mlp_in, would)" \
-    "names layer 2, not claiming the MLP"
+  line mlp-l2 "layer 2, MLP (mlp_in, the mixer output, agrees)" "names layer 2's MLP"
   summary mlp-l2
-  causes mlp-l2 "one cause, layer 2, no block" <<'PY'
+  causes mlp-l2 "one cause, layer 2, block mlp" <<'PY'
+assert len(cs) == 1, [c["cause"] for c in cs]
+c = cs[0]
+assert c["rule"] == "layer" and c["layer"] == 2 and c["block"] == "mlp" and c["step"] is None, c
+assert c["kind"] == "layer", c
+assert d["verdict"] == {"exec:causes_mutants.py": "FAIL"}, d["verdict"]
+assert sorted(c["rows"]) == fail, (len(c["rows"]), len(fail))   # it explains every failing row
+PY
+  run mlp-l2-nomlpin 1 --golden "$ONE" --filter '/len00[25]/' --backend "exec:$CM mlp-l2-nomlpin"
+  line mlp-l2-nomlpin "layer 2 (mixer or MLP: the hidden states cannot tell; a mixer-output trace, mlp_in, would)" \
+    "without mlp_in: names layer 2, not claiming the MLP"
+  causes mlp-l2-nomlpin "one cause, layer 2, no block" <<'PY'
 assert len(cs) == 1, [c["cause"] for c in cs]
 c = cs[0]
 assert c["rule"] == "layer" and c["layer"] == 2 and c["block"] is None and c["step"] is None, c
-assert c["kind"] == "layer", c
 assert "MLP output" not in c["cause"], c["cause"]
 PY
   run mlp-l2-states 1 --golden "$ONE" --filter '/len00[25]/' --backend "exec:$CM mlp-l2-states"

@@ -55,7 +55,7 @@ class Client:
         self.request({"op": "reset"})
 
     def forward(self, tokens, start_pos, all_logits=True, hidden=False, router=False):
-        """{"logits", ["hidden"], ["router_ids" (int32), "router_weights"]}."""
+        """{"logits", ["hidden", ["mlp_in"]], ["router_ids" (int32), "router_weights"]}."""
         req = {"op": "forward", "tokens": [int(t) for t in tokens], "start_pos": int(start_pos),
                "all_logits": all_logits, "hidden": hidden}
         if router:

@@ -8,7 +8,8 @@ Capabilities are announced only for the optional methods a subclass overrides: `
 `trim` -> "trim" (the state lifecycle checks: snapshot_restore, rollback, prefix_reuse,
 multi_sequence, ...); `forward_topk` -> "topk_only" (a runtime that returns top-k
 log-probabilities only: it need not define `forward`); `router` -> "router" (a MoE model's
-router choices of the last forward: the router_topk check).
+router choices of the last forward: the router_topk check); `mlp_in` (with `hidden`) ->
+"mlp_in" (each layer's mixer output: a divergent layer is split into its mixer or its MLP).
 """
 import numpy as np
 
@@ -59,6 +60,13 @@ class Runtime:
     def hidden(self):
         """[L+1, n, H] hidden states of the last forward (HF convention; [L] after the final norm)."""
         raise Unsupported("hidden states")
+
+    def mlp_in(self):
+        """[L, n, H] of the last forward: per layer the residual stream after its mixer (attention
+        or DeltaNet) and the residual add, before post_attention_layernorm — the input of the
+        layer's MLP (MoE block). Sent with hidden(), when the host asks for the hidden states;
+        it lets the localisation tell a layer's mixer from its MLP."""
+        raise Unsupported("mlp_in")
 
     def router(self):
         """MoE models: the router's choices of the last forward, (ids [L, n, k], weights [L, n, k]):
@@ -122,6 +130,8 @@ def capabilities(runtime):
     caps = [c for m, c in (("hidden", "hidden"), ("state", "state_read"),
                            ("fill_state", "state_fill"), ("router", "router"))
             if overrides(runtime, m)]
+    if "hidden" in caps and overrides(runtime, "mlp_in"):
+        caps.insert(1, "mlp_in")     # sent with the hidden states
     opts = tuple(runtime.options_supported or ())
     bad = [o for o in opts if o not in OPTION_NAMES]
     if bad:

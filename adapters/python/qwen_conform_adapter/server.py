@@ -198,6 +198,12 @@ class _Session:
                 raise Refused("hidden() returned shape %s, expected %s"
                               % (tuple(hid.shape), (L + 1, n, H)))
             out.append(("hidden", hid))
+            if "mlp_in" in self.caps:
+                mi = as_f32(self.rt.mlp_in(), "mlp_in")
+                if mi.shape != (L, n, H):
+                    raise Refused("mlp_in() returned shape %s, expected %s"
+                                  % (tuple(mi.shape), (L, n, H)))
+                out.append(("mlp_in", mi))
         if want_router:
             out.extend(self._router(n))
         return {}, out

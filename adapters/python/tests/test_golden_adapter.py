@@ -169,7 +169,8 @@ def test_the_script_over_the_protocol():
     """The adapter as a child process: capabilities, and logits bit-identical to in-process."""
     c = Client.spawn([sys.executable, os.path.join(ROOT, "adapters/golden/qc_golden_adapter.py")])
     info = c.open(os.path.join(FIXTURES, SMALL, "model"), "dn_kernel=chunked")
-    assert info["capabilities"] == ["hidden", "state_read", "state_fill", "dn_kernel", "chunk_size"]
+    assert info["capabilities"] == ["hidden", "mlp_in", "state_read", "state_fill", "dn_kernel",
+                                    "chunk_size"]
     assert (info["vocab_size"], info["hidden_size"], info["n_layers"]) == (256, 64, 4)
     c.reset()
     got = c.forward([47, 42], 0, hidden=True)
@@ -177,6 +178,11 @@ def test_the_script_over_the_protocol():
     rt.set_option("dn_kernel", "chunked")
     assert np.array_equal(got["logits"], rt.forward(np.array([47, 42], np.int32), 0))
     assert np.array_equal(got["hidden"], rt.hidden())
+    # mlp_in [L, n, H] comes with the hidden states: hidden[l + 1] = mlp_in[l] + MLP(...), so
+    # mlp_in[l] lies between hidden[l] and hidden[l + 1]: equal to neither
+    mi = got["mlp_in"]
+    assert mi.shape == (4, 2, 64) and np.array_equal(mi, rt.mlp_in())
+    assert not np.array_equal(mi, got["hidden"][:4]) and not np.array_equal(mi, got["hidden"][1:])
     with pytest.raises(AdapterError) as e:
         c.set_option("threads", "2")
     assert e.value.unsupported
