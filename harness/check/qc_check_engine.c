@@ -7,8 +7,6 @@
  * the golden under the policy, run the invariants -> cross-mode / cross-backend checks ->
  * optional dump of the actual tensors in the golden layout.
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 #include "qc_check_http.h"

@@ -18,8 +18,6 @@
  *                weight differs, or (router fine) the experts' / shared expert's computation.
  * Dense models have no router: the check is SKIPPED once per file (qc_check_engine.c).
  */
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_check_internal.h"
 

@@ -6,8 +6,6 @@
  * process, the frames and the startup live beside it (qc_exec_internal.h names them).
  */
 #define _GNU_SOURCE
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_exec_internal.h"
 

@@ -4,8 +4,6 @@
  * set_option values accepted so far). See qc_exec_internal.h.
  */
 #define _GNU_SOURCE
-/* Messages are cut to their buffers on purpose (snprintf); GCC's truncation warning is noise. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_exec_internal.h"
 

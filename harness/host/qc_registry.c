@@ -1,6 +1,5 @@
 /* qc_registry.c — the backend registry (see qc_registry.h): the built-in table, plugin
  * loading, exec adapters and the shipped llama.cpp plugin. */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_registry.h"
 #include "qc_server.h"

@@ -9,7 +9,6 @@
  * [nkv, n_pos, hd] caches into the mirror's [nkv, capacity, hd] buffers. reset / fill_state go
  * to the runtime; the mirror is reset / filled by qc_backend_reset / qc_backend_fill_state.
  */
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include "qc_remote.h"
 #include "qc_topk.h"
