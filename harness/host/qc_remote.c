@@ -112,16 +112,20 @@ static qc_status rt_option(remote *R, const char *key, const char *value, qc_err
 }
 
 /* Push the settings the check engine changes between calls: in PUSH and ASK mode the ones that
- * differ from the last values sent; in OWN mode nothing (the runtime keeps what it has). */
+ * differ from the last values sent; in OWN mode only a key a kernel check has already sent, back
+ * to the host's value (chunk_size 64 after a chunk_sweep), and none before (the runtime's own
+ * defaults). */
 static qc_status rt_sync_opts(qc_backend *be, remote *R, qc_err *err) {
     qc_status s = QC_OK;
-    if (R->kopts == QC_REMOTE_KOPTS_OWN) return s;
-    if ((be->caps & QC_BE_CAP_DN_KERNEL) && (int)be->opts.dn_kernel != R->sent_dn_kernel) {
+    const int own = R->kopts == QC_REMOTE_KOPTS_OWN;
+    if ((be->caps & QC_BE_CAP_DN_KERNEL) && (int)be->opts.dn_kernel != R->sent_dn_kernel &&
+        !(own && R->sent_dn_kernel < 0)) {
         s = rt_option(R, "dn_kernel", be->opts.dn_kernel == QC_DN_RECURRENT ? "recurrent" : "chunked",
                       err);
         if (!s) R->sent_dn_kernel = (int)be->opts.dn_kernel;
     }
-    if (!s && (be->caps & QC_BE_CAP_CHUNK_SIZE) && be->opts.chunk_size != R->sent_chunk_size) {
+    if (!s && (be->caps & QC_BE_CAP_CHUNK_SIZE) && be->opts.chunk_size != R->sent_chunk_size &&
+        !(own && R->sent_chunk_size < 0)) {
         char v[32];
         snprintf(v, sizeof v, "%d", be->opts.chunk_size);
         s = rt_option(R, "chunk_size", v, err);

@@ -33,8 +33,10 @@ typedef enum {
     QC_REMOTE_KOPTS_PUSH = 0, /* the default (record, bench): every forward first sends the
                                  be->opts.dn_kernel / chunk_size that differ from the values
                                  last sent (all of them again after a reset) */
-    QC_REMOTE_KOPTS_OWN,      /* check: nothing is sent; the runtime keeps the values in force
-                                 (its own defaults until a check asked for others) */
+    QC_REMOTE_KOPTS_OWN,      /* check: nothing is sent until a kernel check has sent a key
+                                 (the runtime runs on its own defaults); a key sent once is
+                                 then kept at the host's value (chunk_size back to 64 after a
+                                 chunk_sweep), so every later run computes as the built-ins */
     QC_REMOTE_KOPTS_ASK       /* check, inside chunked_eq_recurrent / chunk_sweep: every forward
                                  sends the be->opts values that differ from the last sent */
 } qc_remote_kopts;

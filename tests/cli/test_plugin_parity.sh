@@ -5,9 +5,9 @@
 # new fixture is covered without touching this file) and checked on both backends with default
 # options; tests/cli/plugin_parity.py asserts the same rows (stem, case, mode, check), the same
 # verdicts and the same numbers, timings and backend names aside (the per-file `capabilities`
-# row only the plugin gets is the one allowed extra). The numbers are compared case by case
-# from fresh plugin processes (plugin_parity.py says why: check never sends dn_kernel /
-# chunk_size back after chunk_sweep). This covers what used to differ: router_topk (the plugin
+# row only the plugin gets is the one allowed extra), from one whole-file run of each (after a
+# chunk_sweep the host sets chunk_size back to 64: every later row is computed as the built-in
+# computes it). This covers what used to differ: router_topk (the plugin
 # reports its router through get_router, QC_CAP_ROUTER) and tiny-long-context (4104 positions:
 # the plugin's default capacity is sized from the model, adapters/builtin/qc_builtin_plugin.c).
 # No router_topk row of a MoE fixture may be SKIPPED on the plugin.
