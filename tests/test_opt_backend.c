@@ -301,6 +301,7 @@ END_TEST
 
 typedef struct {
     int calls;
+    int mlp_in;   /* "mlp_in" rows: one per layer and forward */
     int seen[16];
     int dim, n;
 } trace_rec;
@@ -309,6 +310,11 @@ static void on_trace(void *user, int index, const char *name, int start_pos, int
                      const float *data) {
     trace_rec *t = user;
     (void)start_pos;
+    if (!strcmp(name, "mlp_in")) { /* the mixer output of layer index (qc_backend.h) */
+        ck_assert(index >= 0 && index < 16 && isfinite(data[0]));
+        t->mlp_in++;
+        return;
+    }
     ck_assert_str_eq(name, "hidden");
     ck_assert(index >= 0 && index < 16);
     ck_assert(isfinite(data[0]) && isfinite(data[(size_t)n_tokens * dim - 1]));
@@ -354,6 +360,7 @@ START_TEST(errors_and_trace) {
     be->opts.trace_user = &tr;
     ck_assert_int_eq(qc_backend_forward(be, toks, 5, 0, st, lg, 0, &e), QC_OK);
     ck_assert_int_eq(tr.calls, c->n_layers + 1);
+    ck_assert_int_eq(tr.mlp_in, c->n_layers); /* one "mlp_in" row per layer */
     for (int i = 0; i <= c->n_layers; i++) ck_assert_int_eq(tr.seen[i], 1);
     ck_assert_int_eq(tr.dim, c->hidden_size);
     ck_assert_int_eq(tr.n, 5);
