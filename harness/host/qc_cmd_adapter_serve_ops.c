@@ -4,6 +4,7 @@
  * becomes the request's error (its last_error). See qc_cmd_adapter_serve_internal.h.
  */
 #include "qc_cmd_adapter_serve_internal.h"
+#include "qc_remote.h"
 
 #include <limits.h>
 #include <math.h>
@@ -50,18 +51,6 @@ static size_t mul_count(size_t a, size_t b, int *ovf) {
 /* ops                                                                                   */
 /* ===================================================================================== */
 
-static const struct {
-    unsigned bit;
-    const char *name;
-} cap_names[] = {
-    {QC_CAP_HIDDEN, "hidden"},       {QC_CAP_STATE_READ, "state_read"},
-    {QC_CAP_STATE_FILL, "state_fill"}, {QC_CAP_THREADS, "threads"},
-    {QC_CAP_DN_KERNEL, "dn_kernel"}, {QC_CAP_CHUNK_SIZE, "chunk_size"},
-    {QC_CAP_SNAPSHOT, "snapshot"},   {QC_CAP_SEQUENCES, "sequences"},
-    {QC_CAP_TRIM, "trim"},           {QC_CAP_TOPK_ONLY, "topk_only"},
-    {QC_CAP_ROUTER, "router"},
-    {QC_CAP_MLP_IN, "mlp_in"},
-};
 
 /* A plugin call returned rc != OK: the plugin's last_error (after "what: " when what is not
  * NULL: the sub-call of a request that makes several), flagged unsupported when it said so. */
@@ -153,9 +142,9 @@ int as_op_open(as_server *s, const cJSON *req, as_fail *f) {
     cJSON_AddNumberToObject(info, "n_layers", s->info.n_layers);
     cJSON_AddNumberToObject(info, "max_tokens_per_call", s->info.max_tokens_per_call);
     cJSON_AddNumberToObject(info, "max_context_len", s->info.max_context_len);
-    for (size_t i = 0; i < sizeof cap_names / sizeof cap_names[0]; i++)
-        if (caps & cap_names[i].bit)
-            cJSON_AddItemToArray(capl, cJSON_CreateString(cap_names[i].name));
+    for (unsigned bit = 1; bit < QC_REMOTE_CAP_DYNAMIC; bit <<= 1) /* in bit order */
+        if ((caps & bit) && strcmp(qc_cap_name(bit), "?"))
+            cJSON_AddItemToArray(capl, cJSON_CreateString(qc_cap_name(bit)));
     cJSON_AddItemToObject(info, "capabilities", capl);
     char name[sizeof s->info.name];
     snprintf(name, sizeof name, "%s", s->info.name);

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 
 #include "qc_exec_internal.h"
+#include "qc_remote.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,17 +17,6 @@
 /* startup: spawn, hello, open                                                           */
 /* ===================================================================================== */
 
-static const struct {
-    const char *name;
-    uint32_t bit;
-} cap_table[] = {
-    {"hidden", QC_CAP_HIDDEN},       {"state_read", QC_CAP_STATE_READ},
-    {"state_fill", QC_CAP_STATE_FILL}, {"threads", QC_CAP_THREADS},
-    {"dn_kernel", QC_CAP_DN_KERNEL}, {"chunk_size", QC_CAP_CHUNK_SIZE},
-    {"snapshot", QC_CAP_SNAPSHOT},   {"sequences", QC_CAP_SEQUENCES},
-    {"trim", QC_CAP_TRIM},           {"topk_only", QC_CAP_TOPK_ONLY},
-    {"router", QC_CAP_ROUTER},       {"mlp_in", QC_CAP_MLP_IN},
-};
 
 /* obj[key] as an int32 in [lo, INT32_MAX]; absent -> def (or an error when def < lo). */
 static int get_int(const cJSON *obj, const char *key, int32_t lo, int32_t def, int32_t *out,
@@ -53,10 +43,8 @@ static int parse_caps(qc_exec *x, const cJSON *arr, uint32_t *caps, char *why, s
     const cJSON *c;
     cJSON_ArrayForEach(c, arr) {
         if (!cJSON_IsString(c)) { snprintf(why, cap, "capabilities must be a list of strings"); return -1; }
-        size_t k = 0;
-        while (k < sizeof cap_table / sizeof cap_table[0] && strcmp(cap_table[k].name, c->valuestring))
-            k++;
-        if (k < sizeof cap_table / sizeof cap_table[0]) *caps |= cap_table[k].bit;
+        unsigned bit = qc_cap_bit(c->valuestring); /* qc_remote.c's table */
+        if (bit) *caps |= bit;
         else if (!x->warned_caps)
             fprintf(stderr, "qwen-conform: warning: exec adapter '%s': unknown capability '%s' "
                     "ignored\n", x->cmdq, c->valuestring);

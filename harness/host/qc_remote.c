@@ -42,6 +42,13 @@ const char *qc_cap_name(unsigned bit) {
     return "?";
 }
 
+unsigned qc_cap_bit(const char *name) {
+    for (size_t i = 0; i < N_CAP_NAMES; i++)
+        if (!strcmp(cap_names[i].name, name) && cap_names[i].bit != QC_REMOTE_CAP_DYNAMIC)
+            return cap_names[i].bit;
+    return 0;
+}
+
 void qc_cap_list(unsigned bits, char *buf, size_t n) {
     size_t o = 0;
     buf[0] = 0;

@@ -43,8 +43,10 @@ typedef enum {
 /* Set be's mode; returns 1, or 0 (nothing done) when be is not a remote backend. */
 int qc_remote_kernel_opts(qc_backend *be, qc_remote_kopts mode);
 
-/* Capability names ("hidden", "state_read", ...) <-> QC_CAP_* bits. */
-const char *qc_cap_name(unsigned bit);
+/* Capability names ("hidden", "state_read", ...) <-> QC_CAP_* bits: the one table, shared by
+ * --require, the exec client (what a child announces) and adapter-serve (what it announces). */
+const char *qc_cap_name(unsigned bit);  /* "?" for no capability */
+unsigned qc_cap_bit(const char *name);  /* a protocol capability's bit; 0: unknown name */
 /* Parse "hidden,state_read" into bits; unknown names -> QC_ERR_ARG naming them and the list.
  * The pseudo-capability "dynamic" (more than one token per call) is QC_REMOTE_CAP_DYNAMIC. */
 #define QC_REMOTE_CAP_DYNAMIC (1u << 16)
