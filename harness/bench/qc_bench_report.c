@@ -8,7 +8,6 @@
 #include "qc_bench_internal.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "qc_cli.h"
 #include "qc_cli_common.h"
 #include "qc_outpath.h"
+#include "qc_report_buf.h"
 
 #ifndef QC_GIT_COMMIT
 #define QC_GIT_COMMIT "unknown" /* normally defined by CMake */
@@ -29,31 +29,6 @@
 /* ===================================================================================== */
 /* Helpers                                                                                */
 /* ===================================================================================== */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    for (;;) {
-        va_start(ap, fmt);
-        int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (w < 0) return;
-        if (b->p && b->n + (size_t)w < b->cap) {
-            b->n += (size_t)w;
-            return;
-        }
-        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)w;
-        char *np = realloc(b->p, cap);
-        if (!np) return;
-        b->p = np;
-        b->cap = cap;
-    }
-}
 
 static const char *mode_label(int mi) {
     return mi == BM_STATIC ? "static prefill" : mi == BM_DYNAMIC ? "dynamic prefill" : "decode";
@@ -108,49 +83,49 @@ static void machine_line(const bench_report *R, char *buf, size_t n) {
 /* Markdown                                                                               */
 /* ===================================================================================== */
 
-static void md_header(const bench_report *R, const bench_opts *o, sbuf *b) {
+static void md_header(const bench_report *R, const bench_opts *o, qc_sbuf *b) {
     char th[128], mline[1024];
     threads_str(R, th, sizeof th);
     machine_line(R, mline, sizeof mline);
-    sb_printf(b, "## qwen-conform bench: %s (%s), threads %s, %s\n\n", R->model_name,
+    qc_sbuf_printf(b, "## qwen-conform bench: %s (%s), threads %s, %s\n\n", R->model_name,
               qc_dtype_str(R->dtype), th, R->isa);
-    sb_printf(b, "- machine: %s; commit %s; %s\n", mline, QC_GIT_COMMIT, R->date);
+    qc_sbuf_printf(b, "- machine: %s; commit %s; %s\n", mline, QC_GIT_COMMIT, R->date);
     for (int t = 0; t < R->n_probe; t++) {
         const bench_probe *p = &R->probe[t];
-        sb_printf(b, "- probes (same run, %d threads): streaming read of the %.1f MB of weights %.1f GB/s "
+        qc_sbuf_printf(b, "- probes (same run, %d threads): streaming read of the %.1f MB of weights %.1f GB/s "
                      "median (max %.1f); FP32 FMA loop %.0f GFLOP/s median (max %.0f)\n",
                   p->threads, R->bytes_per_token / 1e6, p->bw_med, p->bw_max, p->peak_med, p->peak_max);
     }
-    sb_printf(b, "- workload: static prefill %d tokens (one call per token), dynamic prefill (pp) ",
+    qc_sbuf_printf(b, "- workload: static prefill %d tokens (one call per token), dynamic prefill (pp) ",
               R->static_prompt);
-    for (int i = 0; i < o->n_prompts; i++) sb_printf(b, "%s%d", i ? "," : "", o->prompts[i]);
-    sb_printf(b, " tokens (%s), decode (tg) %d steps at depth ",
+    for (int i = 0; i < o->n_prompts; i++) qc_sbuf_printf(b, "%s%d", i ? "," : "", o->prompts[i]);
+    qc_sbuf_printf(b, " tokens (%s), decode (tg) %d steps at depth ",
               o->max_seq_len ? "chunks of max_seq_len" : "one call each", R->decode);
-    for (int i = 0; i < o->n_depths; i++) sb_printf(b, "%s%d", i ? "," : "", o->depths[i]);
-    sb_printf(b, "; reference backend: %d-token prompts, %d decode steps; at least %d repetitions "
+    for (int i = 0; i < o->n_depths; i++) qc_sbuf_printf(b, "%s%d", i ? "," : "", o->depths[i]);
+    qc_sbuf_printf(b, "; reference backend: %d-token prompts, %d decode steps; at least %d repetitions "
                  "(interleaved), %d warm-up, %.2f s measured per figure at least\n",
               R->ref_prompt, R->ref_decode, o->reps, o->warmup, o->min_time);
-    sb_printf(b, "- limits: static / decode = bandwidth / %.2f MB of weights per token; dynamic = FMA "
+    qc_sbuf_printf(b, "- limits: static / decode = bandwidth / %.2f MB of weights per token; dynamic = FMA "
                  "peak / %.3f GFLOP per token (pp%d)\n",
               R->bytes_per_token / 1e6, R->flops_pp[0] / 1e9, o->prompts[0]);
     if (R->wt.valid) { /* total vs active weights, truncation (qc_bench_moe.c) */
         char wl[1024];
-        sb_printf(b, "%s\n", bench_moe_markdown(&R->wt, R->probe[0].bw_med, wl, sizeof wl));
+        qc_sbuf_printf(b, "%s\n", bench_moe_markdown(&R->wt, R->probe[0].bw_med, wl, sizeof wl));
     }
     if (R->peer_desc[0])
-        sb_printf(b, "- peer: %s (%d of its tests match no figure of this run)\n", R->peer_desc,
+        qc_sbuf_printf(b, "- peer: %s (%d of its tests match no figure of this run)\n", R->peer_desc,
                   R->peer_unmatched);
-    sb_printf(b, "- spread: min / max of the samples, MAD = median absolute deviation, 95%% = "
+    qc_sbuf_printf(b, "- spread: min / max of the samples, MAD = median absolute deviation, 95%% = "
                  "bootstrap interval of the median; ratio = median / %s's median (interval from "
                  "both intervals)\n\n", R->ratio_base >= 0 ? base_name(R) : "(no --ratio-to base)");
 }
 
-static void markdown(const bench_report *R, const bench_opts *o, sbuf *b) {
+static void markdown(const bench_report *R, const bench_opts *o, qc_sbuf *b) {
     md_header(R, o, b);
-    sb_printf(b, "| backend | dtype | mode | tokens | depth | threads | tok/s median | tok/s min | tok/s max "
+    qc_sbuf_printf(b, "| backend | dtype | mode | tokens | depth | threads | tok/s median | tok/s min | tok/s max "
                  "| MAD | 95%% interval | vs %s | limit tok/s | %% of limit |%s\n",
               R->ratio_base >= 0 ? base_name(R) : "base", R->gate_done ? " baseline |" : "");
-    sb_printf(b, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s\n",
+    qc_sbuf_printf(b, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s\n",
               R->gate_done ? "---|" : "");
     for (int i = 0; i < R->n_fig; i++) {
         const bench_fig *f = &R->fig[i];
@@ -160,35 +135,35 @@ static void markdown(const bench_report *R, const bench_opts *o, sbuf *b) {
         else if (f->ratio > 0) snprintf(ratio, sizeof ratio, "%.2fx [%.2f, %.2f]", f->ratio, f->ratio_lo, f->ratio_hi);
         if (R->gate_done)
             snprintf(gate, sizeof gate, " %s |", f->gated ? verdict_str(f) : "-");
-        sb_printf(b, "| %s | %s | %s | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | [%.2f, %.2f] | %s | ",
+        qc_sbuf_printf(b, "| %s | %s | %s | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | [%.2f, %.2f] | %s | ",
                   bench_fig_desc(R, f), qc_dtype_str(R->dtype), mode_label(f->mode), f->tokens, f->depth,
                   f->threads, f->median, f->min, f->max, f->mad, f->lo, f->hi, ratio);
         if (f->limit > 0)
-            sb_printf(b, "%.1f (%s) | %.0f%% |%s\n", f->limit, f->mode == BM_DYNAMIC ? "FMA peak" : "bandwidth",
+            qc_sbuf_printf(b, "%.1f (%s) | %.0f%% |%s\n", f->limit, f->mode == BM_DYNAMIC ? "FMA peak" : "bandwidth",
                       100.0 * f->median / f->limit, gate);
         else
-            sb_printf(b, "- | - |%s\n", gate);
+            qc_sbuf_printf(b, "- | - |%s\n", gate);
     }
     if (R->wt.truncated) { /* what the truncated run implies (qc_bench_moe.c), labelled */
-        sb_printf(b, "\n### Whole model (%d layers), implied -- NOT measured\n\n", R->wt.layers_full);
+        qc_sbuf_printf(b, "\n### Whole model (%d layers), implied -- NOT measured\n\n", R->wt.layers_full);
         for (int i = 0; i < R->n_fig; i++) {
             const bench_fig *f = &R->fig[i];
             if (f->n && f->mode == BM_DECODE)
-                sb_printf(b, "- %s decode %d @ %d, %d threads: measured %.2f tok/s on %d layers -> "
+                qc_sbuf_printf(b, "- %s decode %d @ %d, %d threads: measured %.2f tok/s on %d layers -> "
                              "implied %.2f tok/s for the whole model (same %% of the roofline)\n",
                           bench_fig_desc(R, f), f->tokens, f->depth, f->threads, f->median,
                           R->wt.layers_run, bench_moe_implied_tok_s(&R->wt, f->median));
         }
     }
     char *ops = bench_profile_markdown(); /* --profile-ops (qc_bench_profile.c) */
-    if (ops) sb_printf(b, "%s", ops);
+    if (ops) qc_sbuf_printf(b, "%s", ops);
     free(ops);
-    sb_printf(b, "\n### Warnings\n\n");
-    if (!R->n_warn) sb_printf(b, "- none\n");
-    for (int w = 0; w < R->n_warn; w++) sb_printf(b, "- %s\n", R->warn[w]);
+    qc_sbuf_printf(b, "\n### Warnings\n\n");
+    if (!R->n_warn) qc_sbuf_printf(b, "- none\n");
+    for (int w = 0; w < R->n_warn; w++) qc_sbuf_printf(b, "- %s\n", R->warn[w]);
     if (R->gate_done) {
-        sb_printf(b, "\n### Gate: %s\n\n", R->gate_verdict);
-        sb_printf(b, "- baseline %s, max regression %.1f%%; noise model: %s%s; %d figures compared, "
+        qc_sbuf_printf(b, "\n### Gate: %s\n\n", R->gate_verdict);
+        qc_sbuf_printf(b, "- baseline %s, max regression %.1f%%; noise model: %s%s; %d figures compared, "
                      "%d regressions\n", o->baseline, o->max_regression, bench_gate_model,
                   R->gate_remeasured ? "; the suspected regressions were re-measured once (twice the "
                                        "repetitions, samples pooled)" : "",
@@ -196,13 +171,13 @@ static void markdown(const bench_report *R, const bench_opts *o, sbuf *b) {
         for (int i = 0; i < R->n_fig; i++) {
             const bench_fig *f = &R->fig[i];
             if (f->gated && f->verdict == 1)
-                sb_printf(b, "- REGRESSION: %s %s %d tok @ %d, %d threads: best %.2f [%.2f] tok/s vs "
+                qc_sbuf_printf(b, "- REGRESSION: %s %s %d tok @ %d, %d threads: best %.2f [%.2f] tok/s vs "
                              "baseline %.2f [%.2f] (median %.2f vs %.2f)\n", R->be[f->backend].name,
                           bench_mode_names[f->mode], f->tokens, f->depth, f->threads, f->best, f->best_lo,
                           f->b_best, f->b_best_lo, f->median, f->b_median);
         }
     }
-    sb_printf(b, "\n");
+    qc_sbuf_printf(b, "\n");
 }
 
 /* ===================================================================================== */
@@ -365,23 +340,23 @@ static cJSON *json_report(const bench_report *R, const bench_opts *o) {
 /* SVG                                                                                    */
 /* ===================================================================================== */
 
-static void svg_escape(sbuf *b, const char *s) {
+static void svg_escape(qc_sbuf *b, const char *s) {
     for (; *s; s++) {
-        if (*s == '<') sb_printf(b, "&lt;");
-        else if (*s == '>') sb_printf(b, "&gt;");
-        else if (*s == '&') sb_printf(b, "&amp;");
-        else sb_printf(b, "%c", *s);
+        if (*s == '<') qc_sbuf_printf(b, "&lt;");
+        else if (*s == '>') qc_sbuf_printf(b, "&gt;");
+        else if (*s == '&') qc_sbuf_printf(b, "&amp;");
+        else qc_sbuf_printf(b, "%c", *s);
     }
 }
 
-static void svg_text(sbuf *b, int x, int y, const char *attrs, const char *s) {
-    sb_printf(b, "<text x=\"%d\" y=\"%d\" %s>", x, y, attrs);
+static void svg_text(qc_sbuf *b, int x, int y, const char *attrs, const char *s) {
+    qc_sbuf_printf(b, "<text x=\"%d\" y=\"%d\" %s>", x, y, attrs);
     svg_escape(b, s);
-    sb_printf(b, "</text>\n");
+    qc_sbuf_printf(b, "</text>\n");
 }
 
 /* horizontal bars (log scale) of the median tokens/s per figure; a line from min to max */
-static void svg_chart(const bench_report *R, sbuf *b) {
+static void svg_chart(const bench_report *R, qc_sbuf *b) {
     int rows = 0;
     double vmax = 1, vmin = 1e30;
     for (int i = 0; i < R->n_fig; i++) {
@@ -408,9 +383,9 @@ static void svg_chart(const bench_report *R, sbuf *b) {
     const int H = top + rows * (bar + gap) + 50 + 16 * (3 * R->n_warn + (R->gate_done ? 1 : 0));
     const double span = (double)(W - left - right);
 #define XPOS(v) (left + span * (log10(v) - lo) / (hi - lo))
-    sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+    qc_sbuf_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                  "font-family=\"sans-serif\" font-size=\"13\">\n", W, H);
-    sb_printf(b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    qc_sbuf_printf(b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
     svg_text(b, 10, 22, "font-size=\"16\" font-weight=\"bold\"", title);
     svg_text(b, 10, 42, "font-size=\"12\" fill=\"#555\"", sub);
     svg_text(b, 10, 60, "font-size=\"12\" fill=\"#555\"", sub2);
@@ -419,9 +394,9 @@ static void svg_chart(const bench_report *R, sbuf *b) {
              "repetitions; ratio = median / the --ratio-to backend's [interval]");
     for (double d = lo; d <= hi + 1e-9; d += 1) {
         double x = left + span * (d - lo) / (hi - lo);
-        sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, top - 5, x,
+        qc_sbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, top - 5, x,
                   top + rows * (bar + gap));
-        sb_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%g</text>\n", x,
+        qc_sbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%g</text>\n", x,
                   top + rows * (bar + gap) + 18, pow(10, d));
     }
     static const char *colors[N_MODES] = {"#8da0cb", "#66c2a5", "#fc8d62"};
@@ -435,15 +410,15 @@ static void svg_chart(const bench_report *R, sbuf *b) {
         char tn[64], label[300];
         test_name(f, tn, sizeof tn);
         snprintf(label, sizeof label, "%s %s, %d thr", R->be[f->backend].name, tn, f->threads);
-        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 8, y + bar - 6);
+        qc_sbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 8, y + bar - 6);
         svg_escape(b, label);
-        sb_printf(b, "</text>\n");
-        sb_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", left, y,
+        qc_sbuf_printf(b, "</text>\n");
+        qc_sbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", left, y,
                   x1 - left, bar, colors[f->mode]);
         if (f->min > 0 && f->max > 0) {
             double xa = XPOS(f->min), xb = XPOS(f->max);
             xa = xa < left ? left : xa;
-            sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\" "
+            qc_sbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\" "
                          "stroke-width=\"2\"/>\n", xa, y + bar / 2, xb, y + bar / 2);
         }
         char rt[192] = "";
@@ -452,9 +427,9 @@ static void svg_chart(const bench_report *R, sbuf *b) {
                      base_name(R), f->ratio_lo, f->ratio_hi);
         else
             snprintf(rt, sizeof rt, " [%.2f..%.2f]", f->lo, f->hi);
-        sb_printf(b, "<text x=\"%.1f\" y=\"%d\">%.2f", x1 + 4, y + bar - 6, f->median);
+        qc_sbuf_printf(b, "<text x=\"%.1f\" y=\"%d\">%.2f", x1 + 4, y + bar - 6, f->median);
         svg_escape(b, rt);
-        sb_printf(b, "%s</text>\n", f->gated && f->verdict == 1 ? " REGRESSION" : "");
+        qc_sbuf_printf(b, "%s</text>\n", f->gated && f->verdict == 1 ? " REGRESSION" : "");
         row++;
     }
 #undef XPOS
@@ -486,7 +461,7 @@ static void svg_chart(const bench_report *R, sbuf *b) {
             y += 16;
         }
     }
-    sb_printf(b, "</svg>\n");
+    qc_sbuf_printf(b, "</svg>\n");
 }
 
 /* ===================================================================================== */
@@ -517,19 +492,19 @@ static int write_json(const bench_report *R, const bench_opts *o, qc_err *err) {
 
 int bench_write_reports(bench_report *R, const bench_opts *o, qc_err *err) {
     int rc = QC_EXIT_PASS;
-    sbuf md = {0};
+    qc_sbuf md = {0};
     markdown(R, o, &md);
-    fwrite(md.p, 1, md.n, stdout);
+    fwrite(md.s, 1, md.n, stdout);
     fflush(stdout);
-    if (o->markdown && qc_out_write_file(o->markdown, md.p, md.n, QC_OUT_TEXT, err))
+    if (o->markdown && qc_out_write_file(o->markdown, md.s, md.n, QC_OUT_TEXT, err))
         rc = qc_cli_fail(PROG, err);
-    free(md.p);
+    free(md.s);
     if (!rc && o->json) rc = write_json(R, o, err);
     if (!rc && o->svg) {
-        sbuf sv = {0};
+        qc_sbuf sv = {0};
         svg_chart(R, &sv);
-        if (qc_out_write_file(o->svg, sv.p, sv.n, QC_OUT_TEXT, err)) rc = qc_cli_fail(PROG, err);
-        free(sv.p);
+        if (qc_out_write_file(o->svg, sv.s, sv.n, QC_OUT_TEXT, err)) rc = qc_cli_fail(PROG, err);
+        free(sv.s);
     }
     return rc;
 }

@@ -19,12 +19,12 @@
 
 #include <hdf5.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "qc/qc_state.h"
+#include "qc_report_buf.h"
 
 /* ===================================================================================== */
 /* the golden's state trace (decode/trace)                                               */
@@ -263,76 +263,51 @@ static qc_status drift_run(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_
 /* the row                                                                               */
 /* ===================================================================================== */
 
-/* Append printf text to a growing buffer (*buf, *len, *cap); OOM sets *buf NULL. */
-static void sb_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void sb_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
-    if (!*buf) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(*buf + *len, *cap - *len, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (*len + (size_t)n < *cap) {
-            *len += (size_t)n;
-            return;
-        }
-        size_t nc = (*cap + (size_t)n + 1) * 2;
-        char *nb = realloc(*buf, nc);
-        if (!nb) {
-            free(*buf);
-            *buf = NULL;
-            return;
-        }
-        *buf = nb;
-        *cap = nc;
-    }
+static void sb_num(qc_sbuf *b, double v) {
+    if (isinf(v)) qc_sbuf_printf(b, "\"Infinity\"");
+    else if (isnan(v)) qc_sbuf_printf(b, "\"NaN\"");
+    else qc_sbuf_printf(b, "%.3g", v);
 }
 
-static void sb_num(char **b, size_t *l, size_t *cap, double v) {
-    if (isinf(v)) sb_add(b, l, cap, "\"Infinity\"");
-    else if (isnan(v)) sb_add(b, l, cap, "\"NaN\"");
-    else sb_add(b, l, cap, "%.3g", v);
+/* b's text, or NULL (freed) after an allocation failure. */
+static char *sb_take(qc_sbuf *b) {
+    if (b->oom) free(b->s), b->s = NULL;
+    return b->s;
 }
 
 /* The JSON object of the row ("drift"): malloc'd text or NULL. */
 static char *drift_json(const curves *cv, const drift_trace *t, int S, int first_step,
                         const char *first_tensor) {
-    size_t len = 0, cap = 4096;
-    char *b = malloc(cap);
-    if (b) b[0] = 0;
-    sb_add(&b, &len, &cap, "{\"decode_steps\":%d,\"trace_steps\":[", S);
-    for (int m = 0; m < t->M; m++) sb_add(&b, &len, &cap, "%s%d", m ? "," : "", t->steps[m]);
-    sb_add(&b, &len, &cap, "],\"curves\":[");
+    qc_sbuf b = {0};
+    qc_sbuf_printf(&b, "{\"decode_steps\":%d,\"trace_steps\":[", S);
+    for (int m = 0; m < t->M; m++) qc_sbuf_printf(&b, "%s%d", m ? "," : "", t->steps[m]);
+    qc_sbuf_printf(&b, "],\"curves\":[");
     for (int i = 0; i < cv->n; i++) {
         const curve *k = &cv->c[i];
-        sb_add(&b, &len, &cap, "%s{\"tensor\":\"%s\",\"class\":\"%s\",\"atol\":%.6g,\"rtol\":%.6g,"
+        qc_sbuf_printf(&b, "%s{\"tensor\":\"%s\",\"class\":\"%s\",\"atol\":%.6g,\"rtol\":%.6g,"
                "\"steps\":\"%s\",\"first_over_step\":", i ? "," : "", k->name,
                qc_tclass_str(k->cls), k->tol.atol, k->tol.rtol, i ? "trace_steps" : "all");
         int fs = k->first_over < 0 ? -1 : i ? t->steps[k->first_over] : k->first_over;
-        if (fs < 0) sb_add(&b, &len, &cap, "null");
-        else sb_add(&b, &len, &cap, "%d", fs);
-        sb_add(&b, &len, &cap, ",\"max_abs\":[");
+        if (fs < 0) qc_sbuf_printf(&b, "null");
+        else qc_sbuf_printf(&b, "%d", fs);
+        qc_sbuf_printf(&b, ",\"max_abs\":[");
         for (int j = 0; j < k->n; j++) {
-            if (j) sb_add(&b, &len, &cap, ",");
-            sb_num(&b, &len, &cap, k->max_abs[j]);
+            if (j) qc_sbuf_printf(&b, ",");
+            sb_num(&b, k->max_abs[j]);
         }
-        sb_add(&b, &len, &cap, "]}");
+        qc_sbuf_printf(&b, "]}");
     }
-    sb_add(&b, &len, &cap, "],\"first_over\":");
-    if (first_step < 0) sb_add(&b, &len, &cap, "null}");
-    else sb_add(&b, &len, &cap, "{\"step\":%d,\"tensor\":\"%s\"}}", first_step, first_tensor);
-    return b;
+    qc_sbuf_printf(&b, "],\"first_over\":");
+    if (first_step < 0) qc_sbuf_printf(&b, "null}");
+    else qc_sbuf_printf(&b, "{\"step\":%d,\"tensor\":\"%s\"}}", first_step, first_tensor);
+    return sb_take(&b);
 }
 
 /* The detail text: each curve's maximum and first crossing, then the curves at the traced
  * steps (the logits as the max over the steps since the previous traced one). */
 static char *drift_detail(const curves *cv, const drift_trace *t, int S) {
-    size_t len = 0, cap = 4096;
-    char *b = malloc(cap);
-    if (b) b[0] = 0;
-    sb_add(&b, &len, &cap, "Error over %d teacher-forced decode steps (! = over tolerance):", S);
+    qc_sbuf b = {0};
+    qc_sbuf_printf(&b, "Error over %d teacher-forced decode steps (! = over tolerance):", S);
     for (int i = 0; i < cv->n; i++) {
         const curve *k = &cv->c[i];
         double mx = 0;
@@ -340,13 +315,13 @@ static char *drift_detail(const curves *cv, const drift_trace *t, int S) {
         for (int j = 0; j < k->n; j++)
             if (!(k->max_abs[j] <= mx)) mx = k->max_abs[j], at = j;
         int fs = k->first_over < 0 ? -1 : i ? t->steps[k->first_over] : k->first_over;
-        sb_add(&b, &len, &cap, "\n  %-26s max |diff| %.3g at step %d (atol %g, rtol %g); ", k->name,
+        qc_sbuf_printf(&b, "\n  %-26s max |diff| %.3g at step %d (atol %g, rtol %g); ", k->name,
                mx, i ? t->steps[at] : at, k->tol.atol, k->tol.rtol);
-        if (fs < 0) sb_add(&b, &len, &cap, "never over tolerance");
-        else sb_add(&b, &len, &cap, "first over tolerance at step %d", fs);
+        if (fs < 0) qc_sbuf_printf(&b, "never over tolerance");
+        else qc_sbuf_printf(&b, "first over tolerance at step %d", fs);
     }
     if (t->M > 0) {
-        sb_add(&b, &len, &cap, "\n  curve at the traced steps: step: logits (max since the "
+        qc_sbuf_printf(&b, "\n  curve at the traced steps: step: logits (max since the "
                "previous), worst state buffer");
         int prev = 0;
         for (int m = 0; m < t->M; m++) {
@@ -361,12 +336,12 @@ static char *drift_detail(const curves *cv, const drift_trace *t, int S) {
                 if (!(cv->c[i].max_abs[m] <= smax)) smax = cv->c[i].max_abs[m], sw = i;
                 if (cv->c[i].first_over >= 0 && m >= cv->c[i].first_over) sbad = 1;
             }
-            sb_add(&b, &len, &cap, "\n    %5d: %.2g%s, %s %.2g%s", t->steps[m], lmax, bad ? "!" : "",
+            qc_sbuf_printf(&b, "\n    %5d: %.2g%s, %s %.2g%s", t->steps[m], lmax, bad ? "!" : "",
                    cv->n > 1 ? cv->c[sw].name : "-", smax, sbad ? "!" : "");
             prev = t->steps[m] + 1;
         }
     }
-    return b;
+    return sb_take(&b);
 }
 
 int ck_drift_is_long(const qc_golden_case *gc) { return gc->n_decode >= CK_DRIFT_MIN_STEPS; }
