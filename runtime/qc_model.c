@@ -154,14 +154,6 @@ static int slot_shape(const qc_config *c, int s, int64_t sh[4]) {
     return 0;
 }
 
-void qc_model_fmt_shape(char *buf, size_t n, const int64_t *sh, int nd) {
-    size_t k = 0;
-    k += (size_t)snprintf(buf + k, n - k, "[");
-    for (int i = 0; i < nd && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)sh[i]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-}
-
 /* ==== The one model check (qc_model_validate): loader, synthetic models, every backend ==== */
 
 /* The config geometry the forward pass relies on (the kinds of layers present decide which
@@ -211,8 +203,8 @@ qc_status qc_model_check_view(const qc_tensor *t, const char *name, const int64_
     for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == exp[i];
     if (!ok) {
         char g[160], e[160];
-        qc_model_fmt_shape(g, sizeof g, t->shape, t->ndim > 0 && t->ndim <= 4 ? t->ndim : 0);
-        qc_model_fmt_shape(e, sizeof e, exp, nd);
+        qc_text_shape(g, sizeof g, t->shape, t->ndim > 0 && t->ndim <= 4 ? t->ndim : 0);
+        qc_text_shape(e, sizeof e, exp, nd);
         if (t->ndim < 0 || t->ndim > 4)
             return qc_errf(err, QC_ERR_SHAPE, "model: %s: %d dimensions != %s", name, t->ndim, e);
         return qc_errf(err, QC_ERR_SHAPE, "model: %s: shape %s != %s", name, g, e);
@@ -276,8 +268,8 @@ static qc_status take_view(load_ctx *L, const found_t *f, const int64_t *exp, in
         ok = conv2d = 1;
     if (!ok) {
         char g[160], e[160];
-        qc_model_fmt_shape(g, sizeof g, t->shape, t->ndim);
-        qc_model_fmt_shape(e, sizeof e, exp, exp_nd);
+        qc_text_shape(g, sizeof g, t->shape, t->ndim);
+        qc_text_shape(e, sizeof e, exp, exp_nd);
         return qc_errf(L->err, QC_ERR_SHAPE, "%s: %s: shape %s != %s", fpath(L, f->file),
                        t->name, g, e);
     }

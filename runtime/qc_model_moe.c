@@ -213,8 +213,8 @@ static qc_status take(const qc_model_priv *p, const qc_found *f, const int64_t *
     for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == exp[i];
     if (!ok) {
         char g[160], e[160];
-        qc_model_fmt_shape(g, sizeof g, t->shape, t->ndim <= 4 ? t->ndim : 4);
-        qc_model_fmt_shape(e, sizeof e, exp, nd);
+        qc_text_shape(g, sizeof g, t->shape, t->ndim <= 4 ? t->ndim : 4);
+        qc_text_shape(e, sizeof e, exp, nd);
         return qc_errf(err, QC_ERR_SHAPE, "%s: %s: shape %s%s != %s", p->files[f->file].path,
                        t->name, g, t->ndim > 4 ? "..." : "", e);
     }

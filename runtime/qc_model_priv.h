@@ -10,6 +10,7 @@
 
 #include "qc/qc_model.h"
 #include "qc/qc_safetensors.h"
+#include "qc_text.h" /* qc_text_shape for the shape messages */
 
 /* ==== Private state (qc_model.c) ==== */
 
@@ -56,9 +57,6 @@ qc_status qc_model_priv_own(qc_model_priv *p, void *buf);
 /* A zeroed model owning a copy of cfg, its layer table and an empty priv; NULL when out of
  * memory. Free with qc_model_free. */
 qc_model *qc_model_new(const qc_config *cfg);
-
-/* "[a,b,c]" into buf. */
-void qc_model_fmt_shape(char *buf, size_t n, const int64_t *sh, int nd);
 
 /* The one view check of qc_model_validate: t present (QC_ERR_MISSING "model: NAME: missing"),
  * F32 / BF16 / F16 (QC_ERR_UNSUPPORTED), exactly shape exp[nd] (QC_ERR_SHAPE). */

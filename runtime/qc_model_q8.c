@@ -95,8 +95,8 @@ static qc_status take_pair(qc_model_priv *p, const char *prefix, int sf, const q
     const int64_t nb = in / QC_Q8_0_BLOCK, exp[2] = {out, nb};
     if (st->ndim != 2 || st->shape[0] != out || st->shape[1] != nb) {
         char g[160], e[160];
-        qc_model_fmt_shape(g, sizeof g, st->shape, st->ndim <= 4 ? st->ndim : 4);
-        qc_model_fmt_shape(e, sizeof e, exp, 2);
+        qc_text_shape(g, sizeof g, st->shape, st->ndim <= 4 ? st->ndim : 4);
+        qc_text_shape(e, sizeof e, exp, 2);
         return qc_errf(err, QC_ERR_SHAPE, "%s: %s: shape %s != %s (the weight %s is [%lld,%lld])",
                        sp, st->name, g, e, wname, (long long)out, (long long)in);
     }

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 
 #include "qc_exec_internal.h"
+#include "qc_shape.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -53,14 +54,6 @@ static void quote_bytes(const unsigned char *b, size_t n, char *dst, size_t cap)
     }
     dst[o++] = '"';
     dst[o] = '\0';
-}
-
-/* The shape [a,b,c] of n dims into buf. */
-static void shape_str(const int64_t *d, int n, char *buf, size_t cap) {
-    size_t o = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < n && o < cap; i++)
-        o += (size_t)snprintf(buf + o, cap - o, i ? ",%lld" : "%lld", (long long)d[i]);
-    if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
 /* ===================================================================================== */
@@ -357,7 +350,7 @@ int ex_recv_tensors(qc_exec *x, const char *op, cJSON *root, uint64_t pl, const 
     char got[200], want[200], sh[80];
     int nt = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1;
     if (nt != ns) {
-        shape_str(specs[0].dims, specs[0].ndim, sh, sizeof sh);
+        qc_shape_str(sh, sizeof sh, specs[0].dims, specs[0].ndim, NULL);
         cJSON_Delete(root);
         if (nt < 0)
             return ex_fail(x, op, "protocol violation: the answer has no \"tensors\" list "
@@ -370,7 +363,7 @@ int ex_recv_tensors(qc_exec *x, const char *op, cJSON *root, uint64_t pl, const 
     cJSON_ArrayForEach(e, t) {
         if (!listed_matches(e, &specs[i])) {
             listed_str(e, got, sizeof got);
-            shape_str(specs[i].dims, specs[i].ndim, sh, sizeof sh);
+            qc_shape_str(sh, sizeof sh, specs[i].dims, specs[i].ndim, NULL);
             snprintf(want, sizeof want, "'%s' %s", specs[i].name, sh);
             cJSON_Delete(root);
             return ex_fail(x, op, "protocol violation: tensor %d is %s, expected %s", i, got, want);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "qc_golden_internal.h"
+#include "qc_shape.h"
 
 /* ===================================================================================== */
 /* small helpers                                                                         */
@@ -123,12 +124,7 @@ static int ac_match(const ac_ctx *c, const char *path, qc_layout layout, int ran
         if (layout == QC_LAYOUT_CANONICAL && cand[i].tag != AC_CANON) continue;
         if (layout == QC_LAYOUT_HF && cand[i].tag != AC_HF) continue;
         char ws[160];
-        size_t q = (size_t)snprintf(ws, sizeof ws, "[");
-        for (int k = 0; k < cand[i].rank && q < sizeof ws; k++)
-            q += cand[i].d[k] < 0 ? (size_t)snprintf(ws + q, sizeof ws - q, "%sN", k ? "," : "")
-                                  : (size_t)snprintf(ws + q, sizeof ws - q, "%s%lld", k ? "," : "",
-                                                     cand[i].d[k]);
-        if (q < sizeof ws) snprintf(ws + q, sizeof ws - q, "]");
+        qc_shape_str(ws, sizeof ws, cand[i].d, cand[i].rank, "N");
         o += (size_t)snprintf(list + o, sizeof list - o, "%s%s %s", o ? ", " : "", cand[i].what,
                               ws);
     }

@@ -23,7 +23,7 @@ typedef struct {
 typedef struct {
     int tag;          /* AC_CANON / AC_HF */
     int rank;
-    long long d[5];   /* -1: any extent */
+    int64_t d[5];     /* -1: any extent */
     int variant;      /* the caller's meaning (last row, K-1 columns, ...) */
     const char *what; /* "canonical", "hf", "hf last row", ... */
 } ac_shape;

@@ -15,6 +15,7 @@
 #include <hdf5.h>
 
 #include "qc_golden_internal.h"
+#include "qc_shape.h"
 
 /* ===================================================================================== */
 /* HDF5 error handling                                                                   */
@@ -56,25 +57,22 @@ const char *gio_h5_errdesc(char *buf, size_t n) {
 /* small helpers                                                                         */
 /* ===================================================================================== */
 
-/* "[3,17]" from a flat index and dims. */
+/* "[3,17]" from a flat index and dims (rank <= 8). */
 static void fmt_index(size_t flat, int rank, const hsize_t *dims, char *buf, size_t n) {
-    size_t idx[8];
+    int64_t idx[8];
     for (int d = rank - 1; d >= 0; d--) {
-        idx[d] = dims[d] ? flat % dims[d] : 0;
+        idx[d] = (int64_t)(dims[d] ? flat % dims[d] : 0);
         flat = dims[d] ? flat / dims[d] : 0;
     }
-    size_t o = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < rank && o < n; d++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%zu", d ? "," : "", idx[d]);
-    if (o < n) snprintf(buf + o, n - o, "]");
+    qc_shape_str(buf, n, idx, rank, NULL);
 }
 
-/* "[7,512]" */
+/* "[7,512]" (HDF5's extents through qc_shape_str) */
 void gio_fmt_dims(int rank, const hsize_t *dims, char *buf, size_t n) {
-    size_t o = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < rank && o < n; d++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%llu", d ? "," : "", (unsigned long long)dims[d]);
-    if (o < n) snprintf(buf + o, n - o, "]");
+    int64_t d[H5S_MAX_RANK];
+    if (rank > H5S_MAX_RANK) rank = H5S_MAX_RANK;
+    for (int i = 0; i < rank; i++) d[i] = (int64_t)dims[i];
+    qc_shape_str(buf, n, d, rank, NULL);
 }
 
 int gio_valid_case_name(const char *s) {
@@ -103,18 +101,6 @@ int gio_path_exists(hid_t loc, const char *path) {
 /* ===================================================================================== */
 /* reading: datasets                                                                     */
 /* ===================================================================================== */
-
-/* "[*,16]" / "[5,16]" from a wanted shape (want[d] < 0: any extent). */
-static void fmt_want(int rank, const long long *want, char *buf, size_t n) {
-    size_t o = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < rank && o < n; i++) {
-        if (want[i] >= 0)
-            o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? "," : "", want[i]);
-        else
-            o += (size_t)snprintf(buf + o, n - o, "%s*", i ? "," : "");
-    }
-    if (o < n) snprintf(buf + o, n - o, "]");
-}
 
 /* Check dataset `rel` under loc (loc's path is locpath) WITHOUT reading it: present, a dataset,
  * float (is_float) or integer, of rank `rank` and of shape `want` (want[d] < 0 accepts any
@@ -160,8 +146,11 @@ qc_status gio_probe_dataset(const gio_ctx *c, hid_t loc, const char *locpath, co
         if (want[i] >= 0 && have[i] != (hsize_t)want[i]) shape_ok = 0;
     if (!shape_ok) {
         char have_s[160], want_s[128];
+        int64_t w[H5S_MAX_RANK]; /* "[*,16]": want[d] < 0 is any extent */
+        int nw = rank < H5S_MAX_RANK ? rank : H5S_MAX_RANK;
+        for (int i = 0; i < nw; i++) w[i] = want[i];
         gio_fmt_dims(r, have, have_s, sizeof have_s);
-        fmt_want(rank, want, want_s, sizeof want_s);
+        qc_shape_str(want_s, sizeof want_s, w, nw, "*");
         st = qc_errf(c->err, QC_ERR_SHAPE, "%s: %s: shape %s != %s", c->file, path, have_s,
                      want_s);
         goto done;

@@ -1,5 +1,6 @@
-/* qc_golden_internal.h — what the three files of the golden reader share (qc_golden_io.c the
- * file, qc_golden_case.c a case, qc_golden_h5.c the HDF5 primitives), with the writer
+/* qc_golden_internal.h — what the files of the golden reader share (qc_golden_io.c the file,
+ * qc_golden_case.c a case, qc_golden_h5.c the HDF5 primitives, qc_golden_base.c the state
+ * arrays, position bound and size arithmetic every other one uses), with the writer
  * (qc_golden_write.c) and the ACTUAL reader (qc_actual_h5.c): HDF5 error handling, attribute
  * and dataset readers, handle-closing helpers (harness-private). Readers return QC_OK or an
  * error naming the file and the dataset / attribute path; nothing stays allocated on error. */
@@ -39,16 +40,21 @@ void gio_h5_quiet(void);
 const char *gio_h5_errdesc(char *buf, size_t n);
 /* 1 when s matches [A-Za-z0-9_-]+ (and fits a case name). */
 int gio_valid_case_name(const char *s);
-/* Allocate the per-layer pointer arrays of gs (all NULL). */
-qc_status gio_state_alloc_ptrs(const qc_config *cfg, qc_golden_state *gs);
-/* What bounds the positions of a case, for messages. */
-const char *gio_positions_what(const qc_config *cfg);
 /* Mark the HDF5 library as unusable (qc_golden_hdf5_faulted): the caller must leave with _exit. */
 void gio_set_faulted(void);
 /* H5Aread of a variable-length string with SIGSEGV / SIGBUS turned into an error (libhdf5 1.10
  * can crash on a corrupt global heap; the fault is remembered, see qc_golden_hdf5_faulted).
  * Returns 0, -1 (HDF5 error) or -2 (the library faulted). One guard for every reader. */
 int gio_guarded_vl_read(hid_t a, hid_t mt, char **vl);
+
+/* ---- the bottom: state arrays, positions, sizes (qc_golden_base.c) ---- */
+
+/* Allocate the per-layer pointer arrays of gs (all NULL). */
+qc_status gio_state_alloc_ptrs(const qc_config *cfg, qc_golden_state *gs);
+/* What bounds the positions of a case, for messages. */
+const char *gio_positions_what(const qc_config *cfg);
+/* a * b + c in 64 bits, saturating. */
+uint64_t gio_sat_madd(uint64_t a, uint64_t b, uint64_t c);
 
 /* ---- reading context and primitives (qc_golden_h5.c) ---- */
 
@@ -91,7 +97,7 @@ hid_t gio_group_if(hid_t loc, const char *name);
 int gio_link_exists(hid_t loc, const char *name);
 /* 1 when every component of `path` (relative to loc) exists as a link. */
 int gio_path_exists(hid_t loc, const char *path);
-/* "[7,512]" into buf. */
+/* "[7,512]" into buf (qc_shape_str of HDF5 extents). */
 void gio_fmt_dims(int rank, const hsize_t *dims, char *buf, size_t n);
 
 /* ---- cases (qc_golden_case.c) ---- */
@@ -106,8 +112,6 @@ qc_status gio_load_case_from(const gio_ctx *c, const qc_config *cfg, hid_t f,
                              qc_golden_case *gc, const qc_golden_case_meta *m);
 /* Free a case's tensors, keeping its scalars (name, counts). */
 void gio_case_free_tensors(const qc_config *cfg, qc_golden_case *c);
-/* a * b + c in 64 bits, saturating. */
-uint64_t gio_sat_madd(uint64_t a, uint64_t b, uint64_t c);
 
 /* ---- MoE datasets (qc_golden_moe.c; golden/SCHEMA.md "MoE") ---- */
 
