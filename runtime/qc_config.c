@@ -51,6 +51,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "qc_text.h"
+
 /* ==== Parse context ==== */
 
 typedef struct {
@@ -141,16 +143,6 @@ static qc_status get_rope_num(cfg_ctx *c, const char *name, double def, double *
 
 typedef enum { FAM_UNKNOWN = 0, FAM_QWEN35, FAM_QWEN3_NEXT, FAM_QWEN35_MOE } cfg_family;
 
-/* A string value for messages: at most 64 printable ASCII characters, others as '?'. */
-static const char *clean(const char *s, char *buf, size_t n) {
-    size_t o = 0, i = 0;
-    for (; s[i] && o + 4 < n && i < 64; i++)
-        buf[o++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-    if (s[i]) buf[o++] = '.', buf[o++] = '.', buf[o++] = '.';
-    buf[o] = '\0';
-    return buf;
-}
-
 static const char *fam_type(cfg_family f) {
     return f == FAM_QWEN35_MOE ? "qwen3_5_moe" : f == FAM_QWEN3_NEXT ? "qwen3_next" : "qwen3_5";
 }
@@ -175,7 +167,7 @@ static qc_status check_model_type(cfg_ctx *c, const cJSON *v, const char *field,
                            c->path, field, t, fam_type(*fam));
         return qc_errf(c->err, QC_ERR_UNSUPPORTED,
                        "%s: %s '%s' is not a Qwen3.5 text model (accepted: %s)", c->path, field,
-                       clean(t, b, sizeof b),
+                       qc_text_clean(t, b, sizeof b),
                        *fam == FAM_QWEN35       ? "qwen3_5_text"
                        : *fam == FAM_QWEN35_MOE ? "qwen3_5_moe_text"
                                                 : "qwen3_5_text or qwen3_5_moe_text");
@@ -198,7 +190,7 @@ static qc_status check_model_type(cfg_ctx *c, const cJSON *v, const char *field,
                        c->path, field, t, ACCEPTED_TYPES);
     return qc_errf(c->err, QC_ERR_UNSUPPORTED,
                    "%s: %s '%s' is not a Qwen3.5 text model (accepted: %s)", c->path, field,
-                   clean(t, b, sizeof b), ACCEPTED_TYPES);
+                   qc_text_clean(t, b, sizeof b), ACCEPTED_TYPES);
 }
 
 /* One architectures field: an array of strings, each an accepted architecture of the family
@@ -226,7 +218,7 @@ static qc_status check_architectures(cfg_ctx *c, const cJSON *v, const char *fie
         if (af == FAM_UNKNOWN)
             return qc_errf(c->err, QC_ERR_UNSUPPORTED,
                            "%s: %s[%d] '%s' is not a Qwen3.5 text model (accepted: %s)", c->path,
-                           field, i, clean(a, b, sizeof b), ACCEPTED_ARCHS);
+                           field, i, qc_text_clean(a, b, sizeof b), ACCEPTED_ARCHS);
         if (*fam == FAM_UNKNOWN && af == FAM_QWEN35_MOE) *fam = af;
         /* Qwen3NextForCausalLM also names dense Qwen3.5 text checkpoints (legacy layout) */
         int same = af == *fam || *fam == FAM_UNKNOWN ||
@@ -436,7 +428,7 @@ static qc_status check_gates(cfg_ctx *c) {
     if (cJSON_IsString(og))
         return qc_errf(c->err, QC_ERR_UNSUPPORTED,
                        "%s: %soutput_gate_type: '%s' is not supported (swish, silu)", c->path,
-                       c->pfx, clean(og->valuestring, b, sizeof b));
+                       c->pfx, qc_text_clean(og->valuestring, b, sizeof b));
     return qc_errf(c->err, QC_ERR_FORMAT,
                    "%s: %soutput_gate_type: expected a string (swish, silu), got %s", c->path,
                    c->pfx, describe(og, d, sizeof d));

@@ -9,6 +9,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "qc_text.h"
+
 /* ------------------------------------------------------------------------------------------ */
 /* modes and profiles                                                                         */
 /* ------------------------------------------------------------------------------------------ */
@@ -117,16 +119,6 @@ static int edit_distance(const char *a0, const char *b0, int cap) {
     return d[la][lb] > cap ? cap + 1 : d[la][lb];
 }
 
-/* A key for messages: at most 64 printable ASCII characters, others as '?'. */
-static const char *clean_key(const char *s, char *buf, size_t n) {
-    size_t o = 0, i = 0;
-    for (; s[i] && o + 4 < n && i < 64; i++)
-        buf[o++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-    if (s[i]) buf[o++] = '.', buf[o++] = '.', buf[o++] = '.';
-    buf[o] = '\0';
-    return buf;
-}
-
 /* Every key must be a known one, and appear once. */
 static qc_status check_keys(const cJSON *root, const char *path, qc_err *err) {
     int seen[N_PROFILE_KEYS] = {0};
@@ -149,9 +141,9 @@ static qc_status check_keys(const cJSON *root, const char *path, qc_err *err) {
         if (best >= 0)
             return qc_errf(err, QC_ERR_UNKNOWN,
                            "%s: unknown key '%s' (did you mean '%s'?); known keys: %s", path,
-                           clean_key(key, kb, sizeof kb), PROFILE_KEYS[best], PROFILE_KEYS_STR);
+                           qc_text_clean(key, kb, sizeof kb), PROFILE_KEYS[best], PROFILE_KEYS_STR);
         return qc_errf(err, QC_ERR_UNKNOWN, "%s: unknown key '%s'; known keys: %s", path,
-                       clean_key(key, kb, sizeof kb), PROFILE_KEYS_STR);
+                       qc_text_clean(key, kb, sizeof kb), PROFILE_KEYS_STR);
     }
     return QC_OK;
 }
