@@ -322,6 +322,7 @@ static void mlp(qc_opt *o, int l, int n) {
 typedef enum { CALL_FORWARD, CALL_LAYER, CALL_NORM, CALL_LOGITS } call_kind;
 typedef struct {
     call_kind kind;
+    const qc_call *k;       /* FORWARD, LAYER, NORM: the call's options (trace; chunk below) */
     const int32_t *tokens;  /* FORWARD: [n] */
     int n, start_pos, layer, chunk, all_logits;
     qc_state *st;           /* FORWARD, LAYER */
@@ -335,9 +336,8 @@ typedef struct {
 static void forward_body(qc_backend *be, const opt_call *c);
 
 /* The DeltaNet chunk of a call of n tokens (0: the recurrence). */
-static int chunk_of(const qc_backend *be, int n) {
-    return be->opts.dn_kernel == QC_DN_CHUNKED ? (be->opts.chunk_size < n ? be->opts.chunk_size : n)
-                                               : 0;
+static int chunk_of(const qc_call *k, int n) {
+    return k->dn_kernel == QC_DN_CHUNKED ? (k->chunk_size < n ? k->chunk_size : n) : 0;
 }
 
 /* RoPE cos | sin of the call's positions into o->rope. */
@@ -352,7 +352,8 @@ static void rope_table(qc_opt *o, const qc_config *c, int n, int start_pos) {
 }
 
 /* Layer l on o->h (the residual stream of the call's n tokens). */
-static void layer_body(qc_backend *be, int l, int n, int start_pos, qc_state *st, int chunk) {
+static void layer_body(qc_backend *be, const qc_call *k, int l, int n, int start_pos, qc_state *st,
+                       int chunk) {
     qc_opt *o = be->impl;
     const qc_config *c = &o->m->cfg;
     const int H = c->hidden_size;
@@ -362,15 +363,14 @@ static void layer_body(qc_backend *be, int l, int n, int start_pos, qc_state *st
     if (c->layer_types[l] == QC_LAYER_FULL) attention(o, l, n, start_pos, st);
     else qc_opt_deltanet(o, l, n, st, chunk);
     add_rows(o, o->h, o->u, (size_t)n * H);
-    if (be->opts.trace) /* the mixer output: "moe_in" / "mlp_in" (qc_backend.h) */
-        be->opts.trace(be->opts.trace_user, l, qc_cfg_is_moe(c) ? "moe_in" : "mlp_in", start_pos,
-                       n, H, o->h);
+    if (k->trace) /* the mixer output: "moe_in" / "mlp_in" (qc_backend.h) */
+        k->trace(k->trace_user, l, qc_cfg_is_moe(c) ? "moe_in" : "mlp_in", start_pos, n, H, o->h);
     rmsnorm_rows(o, o->xn, o->h, n, H, Ly->post_norm1p, eps);
-    if (qc_cfg_is_moe(c)) qc_opt_moe(o, l, n, start_pos, &be->opts);
+    if (qc_cfg_is_moe(c)) qc_opt_moe(o, l, n, start_pos, k);
     else mlp(o, l, n);
     add_rows(o, o->h, o->u, (size_t)n * H);
-    if (be->opts.trace && l < c->n_layers - 1)
-        be->opts.trace(be->opts.trace_user, l + 1, "hidden", start_pos, n, H, o->h);
+    if (k->trace && l < c->n_layers - 1)
+        k->trace(k->trace_user, l + 1, "hidden", start_pos, n, H, o->h);
 }
 
 /* The call on thread 0 (helpers, if any, take the jobs it posts). */
@@ -384,13 +384,13 @@ static void call_body(qc_backend *be, const opt_call *c) {
     case CALL_LAYER:
         memcpy(o->h, c->h, bytes);
         if (cfg->layer_types[c->layer] == QC_LAYER_FULL) rope_table(o, cfg, c->n, c->start_pos);
-        layer_body(be, c->layer, c->n, c->start_pos, c->st, c->chunk);
+        layer_body(be, c->k, c->layer, c->n, c->start_pos, c->st, c->chunk);
         memcpy(c->h, o->h, bytes);
         break;
     case CALL_NORM:
         rmsnorm_rows(o, c->xn, c->h, c->n, H, o->final_norm1p, (float)cfg->rms_eps);
-        if (be->opts.trace)
-            be->opts.trace(be->opts.trace_user, cfg->n_layers, "hidden", c->start_pos, c->n, H, c->xn);
+        if (c->k->trace)
+            c->k->trace(c->k->trace_user, cfg->n_layers, "hidden", c->start_pos, c->n, H, c->xn);
         break;
     case CALL_LOGITS: {
         qc_opt_lin lo = {c->rows, c->logits, c->ld};
@@ -442,43 +442,44 @@ static qc_status check_capacity(const qc_opt *o, int n, int chunk, qc_err *err) 
     return QC_OK;
 }
 
-static qc_status opt_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                             qc_state *st, float *logits, int all_logits, qc_err *err) {
+static qc_status opt_forward(qc_backend *be, const qc_call *k, const int32_t *tokens, int n,
+                             int start_pos, qc_state *st, float *logits, int all_logits,
+                             qc_err *err) {
     qc_opt *o = be->impl;
     if (n == 1 && opt_test_decode_sleep_us > 0) {
         struct timespec ts = {opt_test_decode_sleep_us / 1000000, (opt_test_decode_sleep_us % 1000000) * 1000};
         nanosleep(&ts, NULL);
     }
-    const int chunk = chunk_of(be, n);
+    const int chunk = chunk_of(k, n);
     qc_status s = check_capacity(o, n, chunk, err);
     if (s) return s;
-    opt_call c = {.kind = CALL_FORWARD, .tokens = tokens, .n = n, .start_pos = start_pos,
+    opt_call c = {.kind = CALL_FORWARD, .k = k, .tokens = tokens, .n = n, .start_pos = start_pos,
                   .chunk = chunk, .all_logits = all_logits, .st = st, .logits = logits,
                   .rows = &o->m->lm_head, .ld = o->m->cfg.vocab_size};
     run_call(be, &c, pass_work(&o->m->cfg, n));
     return QC_OK;
 }
 
-static qc_status opt_step_layer(qc_backend *be, int l, float *h, int n, int start_pos,
-                                qc_state *st, qc_err *err) {
+static qc_status opt_step_layer(qc_backend *be, const qc_call *k, int l, float *h, int n,
+                                int start_pos, qc_state *st, qc_err *err) {
     qc_opt *o = be->impl;
-    const int chunk = chunk_of(be, n);
+    const int chunk = chunk_of(k, n);
     qc_status s = check_capacity(o, n, chunk, err);
     if (s) return s;
     if (l < 0 || l >= o->m->cfg.n_layers)
         return qc_errf(err, QC_ERR_ARG, "optimized step: layer %d of %d", l, o->m->cfg.n_layers);
-    opt_call c = {.kind = CALL_LAYER, .n = n, .start_pos = start_pos, .layer = l, .chunk = chunk,
+    opt_call c = {.kind = CALL_LAYER, .k = k, .n = n, .start_pos = start_pos, .layer = l, .chunk = chunk,
                   .st = st, .h = h};
     run_call(be, &c, pass_work(&o->m->cfg, n));
     return QC_OK;
 }
 
-static qc_status opt_step_norm(qc_backend *be, const float *h, float *xn, int n, int start_pos,
-                               qc_err *err) {
+static qc_status opt_step_norm(qc_backend *be, const qc_call *k, const float *h, float *xn, int n,
+                               int start_pos, qc_err *err) {
     qc_opt *o = be->impl;
     qc_status s = check_capacity(o, n, 0, err);
     if (s) return s;
-    opt_call c = {.kind = CALL_NORM, .n = n, .start_pos = start_pos, .h = (float *)h, .xn = xn};
+    opt_call c = {.kind = CALL_NORM, .k = k, .n = n, .start_pos = start_pos, .h = (float *)h, .xn = xn};
     run_call(be, &c, pass_work(&o->m->cfg, n));
     return QC_OK;
 }
@@ -524,16 +525,17 @@ static void forward_body(qc_backend *be, const opt_call *cl) {
                 h[i] = qc_f16_to_f32(b);
             }
     }
-    if (be->opts.trace) be->opts.trace(be->opts.trace_user, 0, "hidden", start_pos, n, H, o->h);
+    const qc_call *k = cl->k;
+    if (k->trace) k->trace(k->trace_user, 0, "hidden", start_pos, n, H, o->h);
     rope_table(o, c, n, start_pos);
 
-    for (int l = 0; l < L; l++) layer_body(be, l, n, start_pos, cl->st, cl->chunk);
+    for (int l = 0; l < L; l++) layer_body(be, k, l, n, start_pos, cl->st, cl->chunk);
 
     /* final norm: every row when traced or all logits are asked, else the last row only */
-    const int all = be->opts.trace || (logits && cl->all_logits);
+    const int all = k->trace || (logits && cl->all_logits);
     if (all) {
         rmsnorm_rows(o, o->xn, o->h, n, H, o->final_norm1p, eps);
-        if (be->opts.trace) be->opts.trace(be->opts.trace_user, L, "hidden", start_pos, n, H, o->xn);
+        if (k->trace) k->trace(k->trace_user, L, "hidden", start_pos, n, H, o->xn);
     } else if (logits) {
         rmsnorm_rows(o, o->xn + (size_t)(n - 1) * H, o->h + (size_t)(n - 1) * H, 1, H,
                      o->final_norm1p, eps);

@@ -179,8 +179,8 @@ size_t qc_opt_moe_floats(const qc_config *c, int max_tokens);
 /* Carve the views out of buf (qc_opt_moe_floats(c, max_tokens) floats, 64-byte aligned). */
 void qc_opt_moe_init(qc_opt_moe_scratch *s, const qc_config *c, int max_tokens, float *buf);
 /* The MoE block of layer l over n tokens: o->xn (normed) -> o->u; the "router_topk" trace
- * through op->trace when set. */
-void qc_opt_moe(qc_opt *o, int l, int n, int start_pos, const qc_backend_opts *op);
+ * through call->trace when set. */
+void qc_opt_moe(qc_opt *o, int l, int n, int start_pos, const qc_call *call);
 
 /* ---- gated attention core (qc_opt_attention.c) ---- */
 

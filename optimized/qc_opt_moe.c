@@ -321,7 +321,7 @@ static void comb_item(void *ctx, long t, int tid) {
 /* The block                                                                              */
 /* ===================================================================================== */
 
-void qc_opt_moe(qc_opt *o, int l, int n, int start_pos, const qc_backend_opts *op) {
+void qc_opt_moe(qc_opt *o, int l, int n, int start_pos, const qc_call *call) {
     const qc_config *c = &o->m->cfg;
     const qc_layer_weights *W = &o->m->layers[l];
     qc_opt_moe_scratch *s = &o->moe;
@@ -338,7 +338,8 @@ void qc_opt_moe(qc_opt *o, int l, int n, int start_pos, const qc_backend_opts *o
     /* 2. routing */
     route_job rj = {s};
     qc_opt_run(o, n, QC_OPT_PAR(o, (double)n * E * (k + 4) * 4), route_item, &rj);
-    if (op && op->trace) op->trace(op->trace_user, l, "router_topk", start_pos, n, 2 * k, s->topk);
+    if (call && call->trace)
+        call->trace(call->trace_user, l, "router_topk", start_pos, n, 2 * k, s->topk);
 
     /* 3. grouping, 4. gather */
     group_by_expert(s, n);

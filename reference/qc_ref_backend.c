@@ -72,22 +72,23 @@ typedef struct {
 /* Forward                                                                                */
 /* ===================================================================================== */
 
-static void trace(const qc_backend *be, int index, int start_pos, int n, int dim, const float *d) {
-    if (be->opts.trace) be->opts.trace(be->opts.trace_user, index, "hidden", start_pos, n, dim, d);
+static void trace(const qc_call *k, int index, int start_pos, int n, int dim, const float *d) {
+    if (k->trace) k->trace(k->trace_user, index, "hidden", start_pos, n, dim, d);
 }
 
 /* A named trace ("moe_in", "mlp_in", "router_topk"; qc_backend.h). */
-static void trace_named(const qc_backend *be, const char *name, int index, int start_pos, int n,
+static void trace_named(const qc_call *k, const char *name, int index, int start_pos, int n,
                         int dim, const float *d) {
-    if (be->opts.trace) be->opts.trace(be->opts.trace_user, index, name, start_pos, n, dim, d);
+    if (k->trace) k->trace(k->trace_user, index, name, start_pos, n, dim, d);
 }
 
 /* Layer i on the residual stream h [n, H] (in place): the body of the forward's loop. */
-static void ref_layer_pass(qc_backend *be, int i, float *h, int n, int start_pos, qc_state *st) {
+static void ref_layer_pass(qc_backend *be, const qc_call *k, int i, float *h, int n, int start_pos,
+                           qc_state *st) {
     ref_impl *R = (ref_impl *)be->impl;
     const qc_config *c = R->cfg;
     const int H = c->hidden_size, I = c->intermediate_size, L = c->n_layers;
-    const int use_chunked = be->opts.dn_kernel == QC_DN_CHUNKED;
+    const int use_chunked = k->dn_kernel == QC_DN_CHUNKED;
     ref_layer *ly = &R->layers[i];
     const qc_layer_weights *w = &be->model->layers[i];
 
@@ -98,30 +99,31 @@ static void ref_layer_pass(qc_backend *be, int i, float *h, int n, int start_pos
                                st->v_cache[i], st->max_context_len, &R->attn);
     else
         qc_ref_gated_deltanet(R->y, R->u, n, &ly->dn, st->conv_state[i], st->recurrent_state[i],
-                              use_chunked, be->opts.chunk_size, &R->dn);
-    for (size_t k = 0; k < (size_t)n * H; k++) h[k] = h[k] + R->y[k];
+                              use_chunked, k->chunk_size, &R->dn);
+    for (size_t j = 0; j < (size_t)n * H; j++) h[j] = h[j] + R->y[j];
 
     /* MLP: h = h + MLP(RMSNorm_1p(h)); a MoE model's MLP is the MoE block */
-    trace_named(be, qc_cfg_is_moe(c) ? "moe_in" : "mlp_in", i, start_pos, n, H, h);
+    trace_named(k, qc_cfg_is_moe(c) ? "moe_in" : "mlp_in", i, start_pos, n, H, h);
     qc_ref_rmsnorm_1p(R->u, h, n, H, ly->post_norm, (float)c->rms_eps);
     if (qc_cfg_is_moe(c)) {
         qc_ref_moe(R->y, R->u, n, &ly->moe, &R->moe);
-        trace_named(be, "router_topk", i, start_pos, n, 2 * c->n_experts_per_tok, R->moe.route);
+        trace_named(k, "router_topk", i, start_pos, n, 2 * c->n_experts_per_tok, R->moe.route);
     } else {
         qc_ref_mlp(R->y, R->u, n, H, I, &w->mlp_gate, &w->mlp_up, &w->mlp_down, R->mlp_gate,
                    R->mlp_up, R->row);
     }
-    for (size_t k = 0; k < (size_t)n * H; k++) h[k] = h[k] + R->y[k];
+    for (size_t j = 0; j < (size_t)n * H; j++) h[j] = h[j] + R->y[j];
 
-    if (i < L - 1) trace(be, i + 1, start_pos, n, H, h);
+    if (i < L - 1) trace(k, i + 1, start_pos, n, H, h);
 }
 
 /* The final norm of h [n, H] into xn [n, H] (traced as index L). */
-static void ref_norm(qc_backend *be, const float *h, float *xn, int n, int start_pos) {
+static void ref_norm(qc_backend *be, const qc_call *k, const float *h, float *xn, int n,
+                     int start_pos) {
     ref_impl *R = (ref_impl *)be->impl;
     const qc_config *c = R->cfg;
     qc_ref_rmsnorm_1p(xn, h, n, c->hidden_size, R->final_norm, (float)c->rms_eps);
-    trace(be, c->n_layers, start_pos, n, c->hidden_size, xn);
+    trace(k, c->n_layers, start_pos, n, c->hidden_size, xn);
 }
 
 /* logits[t * ld + r] = xn[t] . rows[r] for the rows of the output head given. */
@@ -135,8 +137,9 @@ static void ref_logits(qc_backend *be, const float *xn, int n, const qc_tensor *
     }
 }
 
-static qc_status ref_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                             qc_state *st, float *logits, int all_logits, qc_err *err) {
+static qc_status ref_forward(qc_backend *be, const qc_call *k, const int32_t *tokens, int n,
+                             int start_pos, qc_state *st, float *logits, int all_logits,
+                             qc_err *err) {
     ref_impl *R = (ref_impl *)be->impl;
     const qc_config *c = R->cfg;
     const int H = c->hidden_size, V = c->vocab_size;
@@ -146,13 +149,13 @@ static qc_status ref_forward(qc_backend *be, const int32_t *tokens, int n, int s
 
     /* ---- embeddings ---- */
     qc_ref_embedding(R->h, tokens, n, H, &be->model->embed, R->row);
-    trace(be, 0, start_pos, n, H, R->h);
+    trace(k, 0, start_pos, n, H, R->h);
 
     /* ---- decoder layers ---- */
-    for (int i = 0; i < c->n_layers; i++) ref_layer_pass(be, i, R->h, n, start_pos, st);
+    for (int i = 0; i < c->n_layers; i++) ref_layer_pass(be, k, i, R->h, n, start_pos, st);
 
     /* ---- final norm ---- */
-    ref_norm(be, R->h, R->u, n, start_pos);
+    ref_norm(be, k, R->h, R->u, n, start_pos);
 
     /* ---- lm_head ---- */
     if (logits) {
@@ -164,17 +167,17 @@ static qc_status ref_forward(qc_backend *be, const int32_t *tokens, int n, int s
 
 /* ---- the same pass in steps (qc_backend.h: layer-major execution) ---- */
 
-static qc_status ref_step_layer(qc_backend *be, int l, float *h, int n, int start_pos,
-                                qc_state *st, qc_err *err) {
+static qc_status ref_step_layer(qc_backend *be, const qc_call *k, int l, float *h, int n,
+                                int start_pos, qc_state *st, qc_err *err) {
     (void)err;
-    ref_layer_pass(be, l, h, n, start_pos, st);
+    ref_layer_pass(be, k, l, h, n, start_pos, st);
     return QC_OK;
 }
 
-static qc_status ref_step_norm(qc_backend *be, const float *h, float *xn, int n, int start_pos,
-                               qc_err *err) {
+static qc_status ref_step_norm(qc_backend *be, const qc_call *k, const float *h, float *xn, int n,
+                               int start_pos, qc_err *err) {
     (void)err;
-    ref_norm(be, h, xn, n, start_pos);
+    ref_norm(be, k, h, xn, n, start_pos);
     return QC_OK;
 }
 

@@ -19,6 +19,17 @@ void qc_backend_opts_default(qc_backend_opts *o) {
     o->profile = NULL;
 }
 
+void qc_call_default(qc_call *c) {
+    memset(c, 0, sizeof *c);
+    c->dn_kernel = QC_DN_CHUNKED;
+    c->chunk_size = 64;
+}
+
+qc_call qc_backend_call_defaults(const qc_backend_opts *o) {
+    qc_call c = {o->dn_kernel, o->chunk_size, o->trace, o->trace_user};
+    return c;
+}
+
 qc_status qc_backend_check_create(const qc_model *m, const qc_backend_opts *o, qc_err *err) {
     if (!m) return qc_errf(err, QC_ERR_ARG, "create: model is NULL");
     if (!o) return qc_errf(err, QC_ERR_ARG, "create: options are NULL");
@@ -103,10 +114,18 @@ static qc_status check_state(const qc_config *c, const qc_state *st, qc_err *err
 
 qc_status qc_backend_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
                              qc_state *st, float *logits, int all_logits, qc_err *err) {
+    return qc_backend_forward_call(be, NULL, tokens, n, start_pos, st, logits, all_logits, err);
+}
+
+qc_status qc_backend_forward_call(qc_backend *be, const qc_call *call, const int32_t *tokens,
+                                  int n, int start_pos, qc_state *st, float *logits,
+                                  int all_logits, qc_err *err) {
     if (!be || !be->forward || !be->model)
         return qc_errf(err, QC_ERR_ARG, "forward: no backend (or one without a model)");
     const qc_config *c = &be->model->cfg;
     const qc_backend_opts *o = &be->opts;
+    const qc_call defaults = qc_backend_call_defaults(o);
+    const qc_call *k = call ? call : &defaults;
     if (!tokens || !st) return qc_errf(err, QC_ERR_ARG, "forward: tokens or state is NULL");
     if (n < 1 || n > o->max_tokens)
         return qc_errf(err, QC_ERR_RANGE, "forward: n = %d tokens outside [1, max_tokens %d]", n,
@@ -123,19 +142,19 @@ qc_status qc_backend_forward(qc_backend *be, const int32_t *tokens, int n, int s
             return qc_errf(err, QC_ERR_RANGE,
                            "forward: token %d (index %d) outside the vocabulary [0, %d)",
                            (int)tokens[i], i, c->vocab_size);
-    if (o->dn_kernel != QC_DN_CHUNKED && o->dn_kernel != QC_DN_RECURRENT)
+    if (k->dn_kernel != QC_DN_CHUNKED && k->dn_kernel != QC_DN_RECURRENT)
         return qc_errf(err, QC_ERR_ARG,
                        "forward: dn_kernel %d is neither chunked (%d) nor recurrent (%d)",
-                       (int)o->dn_kernel, (int)QC_DN_CHUNKED, (int)QC_DN_RECURRENT);
-    if (o->chunk_size < 1)
-        return qc_errf(err, QC_ERR_ARG, "forward: chunk_size %d < 1", o->chunk_size);
-    const int chunk = o->chunk_size < n ? o->chunk_size : n;
-    if (o->dn_kernel == QC_DN_CHUNKED && be->max_chunk_tokens > 0 && chunk > be->max_chunk_tokens)
+                       (int)k->dn_kernel, (int)QC_DN_CHUNKED, (int)QC_DN_RECURRENT);
+    if (k->chunk_size < 1)
+        return qc_errf(err, QC_ERR_ARG, "forward: chunk_size %d < 1", k->chunk_size);
+    const int chunk = k->chunk_size < n ? k->chunk_size : n;
+    if (k->dn_kernel == QC_DN_CHUNKED && be->max_chunk_tokens > 0 && chunk > be->max_chunk_tokens)
         return qc_errf(err, QC_ERR_ARG,
                        "forward: chunks of %d tokens (chunk_size %d, n %d) exceed the %d-token "
                        "DeltaNet chunk scratch that %s sized at create (create it with "
                        "chunk_size >= %d)",
-                       chunk, o->chunk_size, n, be->max_chunk_tokens,
+                       chunk, k->chunk_size, n, be->max_chunk_tokens,
                        be->name ? be->name : "the backend", chunk);
-    return be->forward(be, tokens, n, start_pos, st, logits, all_logits, err);
+    return be->forward(be, k, tokens, n, start_pos, st, logits, all_logits, err);
 }

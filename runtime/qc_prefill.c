@@ -226,6 +226,7 @@ struct qc_runner {
     float *scratch_logits;   /* [max_context_len, V] no-KV: logits of a whole recomputation */
     long n_calls;            /* backend forward calls so far */
     qc_runner_faults faults;
+    qc_call call;            /* the options of every forward call (qc_runner_set_call) */
     int broken;              /* 1 after a failed forward call: the state may hold part of a
                                 chunk, so prefill / decode refuse until qc_runner_reset */
 };
@@ -255,6 +256,7 @@ qc_status qc_runner_create(qc_backend *be, const qc_profile *p, qc_state *st, qc
     qc_runner *r = calloc(1, sizeof *r);
     if (!r) return qc_errf(err, QC_ERR_OOM, "runner: out of memory");
     r->be = be;
+    r->call = qc_backend_call_defaults(&be->opts);
     r->st = st;
     r->prof = *p;
     r->mode = mode;
@@ -278,6 +280,9 @@ void qc_runner_destroy(qc_runner *r) {
 }
 
 void qc_runner_set_faults(qc_runner *r, const qc_runner_faults *f) { r->faults = *f; }
+void qc_runner_set_call(qc_runner *r, const qc_call *call) {
+    r->call = call ? *call : qc_backend_call_defaults(&r->be->opts);
+}
 qc_status qc_runner_reset(qc_runner *r, qc_err *err) {
     qc_status st = qc_backend_reset(r->be, r->st, err);
     if (st == QC_OK) r->broken = 0;
@@ -318,7 +323,8 @@ static qc_status check_request(const qc_runner *r, const int32_t *toks, int n, i
 static qc_status call(qc_runner *r, const int32_t *toks, int n, int pos, float *logits,
                       int all, qc_err *err) {
     r->n_calls++;
-    return qc_backend_forward(r->be, toks, n, pos, r->st, logits, all, err); /* the contract */
+    return qc_backend_forward_call(r->be, &r->call, toks, n, pos, r->st, logits, all,
+                                   err); /* the contract */
 }
 
 /* One chunk of at most max_seq_len tokens at position pos. logits_all: NULL or [n, V];

@@ -138,8 +138,10 @@ START_TEST(every_violation_same_status_and_message) {
         qc_status got[2];
         char msg[2][sizeof e.msg];
         for (int b = 0; b < 2; b++) {
-            be[b]->opts.dn_kernel = (qc_dn_kernel)x->dn_kernel;
-            be[b]->opts.chunk_size = x->chunk_size;
+            qc_call call;
+            qc_call_default(&call);
+            call.dn_kernel = (qc_dn_kernel)x->dn_kernel;
+            call.chunk_size = x->chunk_size;
             const int32_t *toks = x->tok == TOK_NULL ? NULL
                                   : x->tok == TOK_BIG ? big
                                   : x->tok == TOK_NEG ? neg
@@ -149,7 +151,8 @@ START_TEST(every_violation_same_status_and_message) {
                           : x->st == ST_LAYERS   ? layers
                                                  : st[b];
             qc_err_clear(&e);
-            got[b] = qc_backend_forward(be[b], toks, x->n, x->start_pos, s, logits, 1, &e);
+            got[b] =
+                qc_backend_forward_call(be[b], &call, toks, x->n, x->start_pos, s, logits, 1, &e);
             snprintf(msg[b], sizeof msg[b], "%s", e.msg);
             ck_assert_msg(got[b] == x->want, "%s, %s: status %s, want %s (%s)", x->what,
                           BACKENDS[b].name, qc_status_str(got[b]), qc_status_str(x->want), e.msg);
@@ -160,10 +163,9 @@ START_TEST(every_violation_same_status_and_message) {
             ck_assert_msg(states_equal(st[b], copy[b]), "%s, %s: the state was touched", x->what,
                           BACKENDS[b].name);
             /* err == NULL: the same status */
-            ck_assert_int_eq(qc_backend_forward(be[b], toks, x->n, x->start_pos, s, logits, 1, NULL),
-                             got[b]);
-            be[b]->opts.dn_kernel = QC_DN_CHUNKED;
-            be[b]->opts.chunk_size = 64;
+            ck_assert_int_eq(
+                qc_backend_forward_call(be[b], &call, toks, x->n, x->start_pos, s, logits, 1, NULL),
+                got[b]);
         }
         ck_assert_int_eq(got[0], got[1]);
         ck_assert_msg(strcmp(msg[0], msg[1]) == 0, "%s: reference '%s' != optimized '%s'", x->what,
@@ -173,9 +175,12 @@ START_TEST(every_violation_same_status_and_message) {
     for (int b = 0; b < 2; b++) {
         ck_assert_msg(qc_backend_forward(be[b], good, CAP - 5, 5, st[b], logits, 1, &e) == QC_OK,
                       "%s: filling the capacity exactly: %s", BACKENDS[b].name, e.msg);
-        be[b]->opts.chunk_size = 1;
+        qc_call one;
+        qc_call_default(&one);
+        one.chunk_size = 1;
         qc_state_reset(st[b]);
-        ck_assert_msg(qc_backend_forward(be[b], good, MAXTOK, 0, st[b], NULL, 0, &e) == QC_OK,
+        ck_assert_msg(qc_backend_forward_call(be[b], &one, good, MAXTOK, 0, st[b], NULL, 0, &e) ==
+                          QC_OK,
                       "%s: n = max_tokens, chunk_size 1: %s", BACKENDS[b].name, e.msg);
     }
     free(logits);
@@ -207,17 +212,21 @@ START_TEST(prefill_controller_goes_through_the_contract) {
         qc_runner *r = NULL;
         qc_err e;
         ck_assert_int_eq(qc_runner_create(be, &p, st, &r, &e), QC_OK);
-        be->opts.dn_kernel = (qc_dn_kernel)7;
+        qc_call call;
+        qc_call_default(&call);
+        call.dn_kernel = (qc_dn_kernel)7;
+        qc_runner_set_call(r, &call); /* per-call options through the runner */
         got[b] = qc_runner_prefill(r, prompt, 4, 0, NULL, NULL, NULL, &e);
         snprintf(msg[b], sizeof msg[b], "%s", e.msg);
         ck_assert_int_eq(got[b], QC_ERR_ARG);
         ck_assert_int_eq(qc_runner_calls(r), 1);
-        be->opts.dn_kernel = QC_DN_CHUNKED;
-        be->opts.chunk_size = 0;
+        call.dn_kernel = QC_DN_CHUNKED;
+        call.chunk_size = 0;
+        qc_runner_set_call(r, &call);
         ck_assert_int_eq(qc_runner_reset(r, &e), QC_OK);
         ck_assert_int_eq(qc_runner_prefill(r, prompt, 4, 0, NULL, NULL, NULL, &e), QC_ERR_ARG);
         ck_assert_msg(strstr(e.msg, "forward: chunk_size 0 < 1"), "%s", e.msg);
-        be->opts.chunk_size = 64;
+        qc_runner_set_call(r, NULL); /* back to the backend's defaults */
         ck_assert_int_eq(qc_runner_reset(r, &e), QC_OK);
         ck_assert_msg(qc_runner_prefill(r, prompt, 4, 0, NULL, NULL, NULL, &e) == QC_OK, "%s",
                       e.msg);
@@ -255,8 +264,10 @@ START_TEST(optimized_chunk_scratch_capacity) {
         ck_assert_int_eq(be->max_chunk_tokens, b == 0 ? 0 : 256);
         qc_state *st = NULL;
         ck_assert_int_eq(qc_state_create(c, 300, &st, NULL), QC_OK);
-        be->opts.chunk_size = 300;
-        qc_status s = qc_backend_forward(be, toks, 300, 0, st, NULL, 0, &e);
+        qc_call call;
+        qc_call_default(&call);
+        call.chunk_size = 300;
+        qc_status s = qc_backend_forward_call(be, &call, toks, 300, 0, st, NULL, 0, &e);
         if (b == 0) {
             ck_assert_msg(s == QC_OK, "%s", e.msg);
         } else {
@@ -266,9 +277,13 @@ START_TEST(optimized_chunk_scratch_capacity) {
                               strstr(e.msg, "chunk_size >= 300"),
                           "%s", e.msg);
             /* recurrent: no chunk scratch involved */
-            be->opts.dn_kernel = QC_DN_RECURRENT;
-            ck_assert_msg(qc_backend_forward(be, toks, 300, 0, st, NULL, 0, &e) == QC_OK, "%s",
-                          e.msg);
+            call.dn_kernel = QC_DN_RECURRENT;
+            ck_assert_msg(qc_backend_forward_call(be, &call, toks, 300, 0, st, NULL, 0, &e) ==
+                              QC_OK,
+                          "%s", e.msg);
+            /* the backend's own defaults did not change: chunked 64 refuses nothing here */
+            ck_assert_int_eq(be->opts.chunk_size, 64);
+            ck_assert_int_eq(be->opts.dn_kernel, QC_DN_CHUNKED);
         }
         qc_state_destroy(st);
         qc_backend_destroy(be);

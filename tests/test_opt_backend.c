@@ -356,9 +356,11 @@ START_TEST(errors_and_trace) {
         }
     /* trace: L + 1 checkpoints per forward, [n, H] each */
     trace_rec tr = {0};
-    be->opts.trace = on_trace;
-    be->opts.trace_user = &tr;
-    ck_assert_int_eq(qc_backend_forward(be, toks, 5, 0, st, lg, 0, &e), QC_OK);
+    qc_call call;
+    qc_call_default(&call);
+    call.trace = on_trace;
+    call.trace_user = &tr;
+    ck_assert_int_eq(qc_backend_forward_call(be, &call, toks, 5, 0, st, lg, 0, &e), QC_OK);
     ck_assert_int_eq(tr.calls, c->n_layers + 1);
     ck_assert_int_eq(tr.mlp_in, c->n_layers); /* one "mlp_in" row per layer */
     for (int i = 0; i <= c->n_layers; i++) ck_assert_int_eq(tr.seen[i], 1);

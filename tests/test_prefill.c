@@ -27,8 +27,9 @@ static void mock_row(float *row, int t, int p) {
 
 static int fail_at_call = -1; /* >= 0: that forward call (0-based) fails */
 
-static qc_status mock_forward(qc_backend *be, const int32_t *toks, int n, int pos, qc_state *st,
-                              float *logits, int all, qc_err *err) {
+static qc_status mock_forward(qc_backend *be, const qc_call *call, const int32_t *toks, int n,
+                              int pos, qc_state *st, float *logits, int all, qc_err *err) {
+    (void)call;
     if (n > be->opts.max_tokens) return qc_errf(err, QC_ERR_RANGE, "mock: n %d too large", n);
     if (fail_at_call >= 0 && ncalls == fail_at_call) {
         ncalls++;

@@ -417,12 +417,20 @@ START_TEST(trace_hook_convention) {
     qc_backend *be = make_backend(m, QC_DN_CHUNKED, 64, 8);
     trace_rec r;
     memset(&r, 0, sizeof r);
-    be->opts.trace = on_trace;
-    be->opts.trace_user = &r;
+    qc_call call;
+    qc_call_default(&call);
+    call.trace = on_trace;
+    call.trace_user = &r;
     qc_state *st = make_state(m, 10);
     int32_t tok[4] = {5, 0, 63, 17};
     float logits[4 * 64];
-    fwd(be, tok, 4, 2, st, logits, 1);
+    qc_err e = {0};
+    ck_assert_msg(qc_backend_forward_call(be, &call, tok, 4, 2, st, logits, 1, &e) == QC_OK, "%s",
+                  e.msg);
+    /* the hook was this call's only: the next call (the backend's defaults) traces nothing */
+    ck_assert_int_eq(r.calls, 5);
+    fwd(be, tok, 1, 6, st, NULL, 0);
+    ck_assert_int_eq(r.calls, 5);
     ck_assert_int_eq(r.calls, 5);
     for (int i = 0; i <= 4; i++) ck_assert_int_eq(r.seen[i], 1);
     for (int i = 0; i < 4; i++) ck_assert_int_eq(r.mlp_in[i], 1); /* one per layer, after hidden[i] */
@@ -572,13 +580,16 @@ static void hf_case(hid_t f, const qc_model *m, const char *cs, hf_max *mx) {
     qc_backend *rec = make_backend(m, QC_DN_RECURRENT, 64, 128);
     float *logits = malloc(sizeof(float) * (size_t)T * V);
     hid_cap cap = {malloc(sizeof(float) * (size_t)(L + 1) * T * H), T, H};
-    ch->opts.trace = cap_hidden;
-    ch->opts.trace_user = &cap;
+    qc_call traced;
+    qc_call_default(&traced);
+    traced.trace = cap_hidden;
+    traced.trace_user = &cap;
 
     /* full prompt, chunked DeltaNet: full/logits, full/hidden_states, prefill/logits + state */
     qc_state *st = make_state(m, ctx);
-    fwd(ch, ids, T, 0, st, logits, 1);
-    ch->opts.trace = NULL;
+    qc_err fe = {0};
+    ck_assert_msg(qc_backend_forward_call(ch, &traced, ids, T, 0, st, logits, 1, &fe) == QC_OK,
+                  "%s", fe.msg);
     snprintf(path, sizeof path, "/cases/%s/full/logits", cs);
     float *g = h5_read_f32(f, path, dims, &nd);
     ck_assert(nd == 2 && dims[0] == (hsize_t)T && dims[1] == (hsize_t)V);

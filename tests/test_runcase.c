@@ -321,7 +321,9 @@ static void dummy_trace(void *u, int i, const char *n, int sp, int nt, int d, co
     if (!strcmp(n, "hidden")) dummy_calls++; /* not the "mlp_in" rows beside them */
 }
 
-/* The caller's trace hook is restored; errors are clean; the fault hook reaches the runner. */
+/* The case's call options reach every forward (the capture replaces the trace for the prompt
+ * only); the backend's options stay untouched; errors are clean; the fault hook reaches the
+ * runner. */
 START_TEST(test_errors_and_hooks) {
     int32_t t[8];
     prompt(t, 8, 6);
@@ -329,16 +331,16 @@ START_TEST(test_errors_and_hooks) {
     qc_golden_case r;
     qc_profile p = profile(QC_MODE_DYNAMIC);
     int sentinel = 0;
-    be_->opts.trace = dummy_trace;
-    be_->opts.trace_user = &sentinel;
-    qc_case_input in = {.tokens = t, .n_tokens = 8, .n_decode = 2, .capture_hidden = 1};
+    qc_call call;
+    qc_call_default(&call);
+    call.trace = dummy_trace;
+    call.trace_user = &sentinel;
+    qc_case_input in = {.tokens = t, .n_tokens = 8, .n_decode = 2, .capture_hidden = 1,
+                        .call = &call};
     ck_assert_int_eq(qc_run_case(be_, &p, "hooks", &in, &r, &err), QC_OK);
-    ck_assert(be_->opts.trace == dummy_trace);
-    ck_assert(be_->opts.trace_user == &sentinel);
+    ck_assert(be_->opts.trace == NULL && be_->opts.trace_user == NULL);
     /* the capture replaced the hook during the prefill only: the 2 decode calls reached it */
     ck_assert_int_eq(dummy_calls, 2 * (cfg()->n_layers + 1));
-    be_->opts.trace = NULL;
-    be_->opts.trace_user = NULL;
     qc_case_free(cfg(), &r);
 
     /* empty prompt */

@@ -210,8 +210,7 @@ static int apply_option(qcb_handle *h, const char *key, const char *value) {
         else
             return seterr(h, QC_PLUGIN_ERROR, "dn_kernel: '%s' is not chunked or recurrent",
                           value);
-        h->opts.dn_kernel = k;
-        if (h->be) h->be->opts.dn_kernel = k;
+        h->opts.dn_kernel = k; /* the next forward's call */
         return QC_PLUGIN_OK;
     }
     if (strcmp(key, "chunk_size") == 0) {
@@ -230,8 +229,7 @@ static int apply_option(qcb_handle *h, const char *key, const char *value) {
                 return rc;
             }
         }
-        h->opts.chunk_size = n;
-        if (h->be) h->be->opts.chunk_size = n;
+        h->opts.chunk_size = n; /* the next forward's call */
         return QC_PLUGIN_OK;
     }
     return seterr(h, QC_PLUGIN_UNSUPPORTED,
@@ -472,8 +470,11 @@ static int qcb_forward(void *handle, const int32_t *tokens, int32_t n, int32_t s
     h->cur_n = n;
     qc_err e;
     qc_err_clear(&e);
-    qc_status s = qc_backend_forward(h->be, tokens, n, start_pos, h->st, logits,
-                                     all_logits ? 1 : 0, &e);
+    qc_call call = qc_backend_call_defaults(&h->opts); /* the kernel options set_option made */
+    call.trace = qcb_trace;
+    call.trace_user = h;
+    qc_status s = qc_backend_forward_call(h->be, &call, tokens, n, start_pos, h->st, logits,
+                                          all_logits ? 1 : 0, &e);
     h->cur_n = 0;
     if (s != QC_OK)
         return seterr(h, QC_PLUGIN_ERROR, "forward: %s (%s)", e.msg, qc_status_str(s));

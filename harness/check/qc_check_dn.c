@@ -54,9 +54,9 @@ static qc_status capture_hidden(ctx *c, qc_backend *be, const qc_golden_case *gc
     memset(h->seen, 0, (size_t)L1 * T);
     h->bad = 0;
     qc_golden_case tmp;
-    be->opts.dn_kernel = k;
-    qc_status s = ck_run_one(be, gc, QC_MODE_DYNAMIC, c->o, 0, h, &tmp, err);
-    be->opts.dn_kernel = QC_DN_CHUNKED;
+    qc_call call = qc_backend_call_defaults(&be->opts);
+    call.dn_kernel = k;
+    qc_status s = ck_run_call(be, &call, gc, QC_MODE_DYNAMIC, c->o, 0, h, &tmp, err);
     if (s) return s;
     qc_case_free(c->cfg, &tmp);
     size_t seen = 0;
@@ -238,10 +238,12 @@ static void check_chunked_eq_recurrent(ctx *c, qc_backend *be, const char *bname
     qc_golden_case rec, ch;
     qc_err err;
     qc_err_clear(&err);
-    be->opts.dn_kernel = QC_DN_RECURRENT;
-    qc_status s = ck_run_one(be, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &rec, &err);
-    be->opts.dn_kernel = QC_DN_CHUNKED;
-    if (!s && remote && (s = ck_run_one(be, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &ch, &err)))
+    qc_call call = qc_backend_call_defaults(&be->opts);
+    call.dn_kernel = QC_DN_RECURRENT;
+    qc_status s = ck_run_call(be, &call, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &rec, &err);
+    call.dn_kernel = QC_DN_CHUNKED;
+    if (!s && remote &&
+        (s = ck_run_call(be, &call, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &ch, &err)))
         qc_case_free(cfg, &rec);
     if (s) {
         if (remote) qc_remote_kernel_opts(be, QC_REMOTE_KOPTS_OWN);
@@ -299,12 +301,11 @@ static void check_chunk_sweep(ctx *c, qc_backend *be, const char *bname,
         char name[32];
         snprintf(name, sizeof name, "chunk_sweep.c%d", sizes[k]);
         qc_golden_case sw;
-        int saved = be->opts.chunk_size;
-        be->opts.chunk_size = sizes[k];
+        qc_call call = qc_backend_call_defaults(&be->opts);
+        call.chunk_size = sizes[k];
         qc_err err;
         qc_err_clear(&err);
-        qc_status s = ck_run_one(be, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &sw, &err);
-        be->opts.chunk_size = saved;
+        qc_status s = ck_run_call(be, &call, gc, QC_MODE_DYNAMIC, c->o, 0, NULL, &sw, &err);
         if (s == QC_OK) {
             char extra[160];
             snprintf(extra, sizeof extra, "Dynamic prefill with DeltaNet chunk size %d vs the "

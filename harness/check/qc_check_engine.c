@@ -55,21 +55,24 @@ static void case_input(const qc_golden_case *gc, const qc_check_opts *o, qc_case
 qc_status ck_run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
                      const qc_check_opts *o, int garbage, hcap *hc, qc_golden_case *out,
                      qc_err *err) {
+    return ck_run_call(be, NULL, gc, mode, o, garbage, hc, out, err);
+}
+
+qc_status ck_run_call(qc_backend *be, const qc_call *call, const qc_golden_case *gc,
+                      qc_mode mode, const qc_check_opts *o, int garbage, hcap *hc,
+                      qc_golden_case *out, qc_err *err) {
     qc_profile p;
     qc_case_input in;
     ck_case_profile(gc, mode, 0, &p);
     case_input(gc, o, &in);
     in.garbage_state = garbage;
-    qc_trace_fn sf = be->opts.trace;
-    void *su = be->opts.trace_user;
+    qc_call k = call ? *call : qc_backend_call_defaults(&be->opts);
     if (hc) {
-        be->opts.trace = ck_hcap_cb;
-        be->opts.trace_user = hc;
+        k.trace = ck_hcap_cb;
+        k.trace_user = hc;
     }
-    qc_status s = qc_run_case(be, &p, gc->name, &in, out, err);
-    be->opts.trace = sf;
-    be->opts.trace_user = su;
-    return s;
+    in.call = &k;
+    return qc_run_case(be, &p, gc->name, &in, out, err);
 }
 
 /* ===================================================================================== */

@@ -65,13 +65,10 @@ typedef struct {
     qc_backend *inner;  /* the real backend (owned) */
 } stale_impl;
 
-static qc_status stale_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                               qc_state *st, float *logits, int all_logits, qc_err *err) {
+static qc_status stale_forward(qc_backend *be, const qc_call *call, const int32_t *tokens, int n,
+                               int start_pos, qc_state *st, float *logits, int all_logits,
+                               qc_err *err) {
     stale_impl *si = be->impl;
-    si->inner->opts.dn_kernel = be->opts.dn_kernel;
-    si->inner->opts.chunk_size = be->opts.chunk_size;
-    si->inner->opts.trace = be->opts.trace;
-    si->inner->opts.trace_user = be->opts.trace_user;
     if (start_pos == 0) {
         for (int l = 0; l < st->n_layers; l++) {
             if (!st->conv_state[l]) continue;
@@ -80,7 +77,7 @@ static qc_status stale_forward(qc_backend *be, const int32_t *tokens, int n, int
                 st->conv_state[l][i] = 0.25f * (float)(1 + (int)(i % 7)) - 1.0f;
         }
     }
-    return si->inner->forward(si->inner, tokens, n, start_pos, st, logits, all_logits, err);
+    return si->inner->forward(si->inner, call, tokens, n, start_pos, st, logits, all_logits, err);
 }
 
 static void stale_destroy(qc_backend *be) {

@@ -40,14 +40,12 @@ static float round_bf16(float x) {
     return x;
 }
 
-static qc_status bf16_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                              qc_state *st, float *logits, int all_logits, qc_err *err) {
+static qc_status bf16_forward(qc_backend *be, const qc_call *call, const int32_t *tokens, int n,
+                              int start_pos, qc_state *st, float *logits, int all_logits,
+                              qc_err *err) {
     bf16_impl *bi = be->impl;
-    bi->inner->opts.dn_kernel = be->opts.dn_kernel;
-    bi->inner->opts.chunk_size = be->opts.chunk_size;
-    bi->inner->opts.trace = be->opts.trace;
-    bi->inner->opts.trace_user = be->opts.trace_user;
-    qc_status s = bi->inner->forward(bi->inner, tokens, n, start_pos, st, logits, all_logits, err);
+    qc_status s =
+        bi->inner->forward(bi->inner, call, tokens, n, start_pos, st, logits, all_logits, err);
     if (s) return s;
     const size_t nn = (size_t)st->n_v_heads * st->k_dim * st->v_dim;
     for (int l = 0; l < st->n_layers; l++) {

@@ -246,6 +246,11 @@ void ck_dump_actual(ctx *c, const qc_golden *g, qc_golden_case *cases, int n, co
 qc_status ck_run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
                      const qc_check_opts *o, int garbage, hcap *hc, qc_golden_case *out,
                      qc_err *err);
+/* ck_run_one with the kernel options of call (dn_kernel, chunk_size; NULL: the backend's
+ * defaults); its trace is replaced by hc's capture when hc is not NULL. */
+qc_status ck_run_call(qc_backend *be, const qc_call *call, const qc_golden_case *gc,
+                      qc_mode mode, const qc_check_opts *o, int garbage, hcap *hc,
+                      qc_golden_case *out, qc_err *err);
 /* A run that could not be made: QC_ERR_RUNTIME -> FAIL, QC_ERR_UNSUPPORTED -> SKIP, else ERROR. */
 qc_verdict ck_failed_run_verdict(qc_status s);
 /* A SKIP row "capability 'x' not announced by <backend>". */

@@ -122,21 +122,21 @@ static qc_status rt_option(remote *R, const char *key, const char *value, qc_err
  * differ from the last values sent; in OWN mode only a key a kernel check has already sent, back
  * to the host's value (chunk_size 64 after a chunk_sweep), and none before (the runtime's own
  * defaults). */
-static qc_status rt_sync_opts(qc_backend *be, remote *R, qc_err *err) {
+static qc_status rt_sync_opts(qc_backend *be, const qc_call *k, remote *R, qc_err *err) {
     qc_status s = QC_OK;
     const int own = R->kopts == QC_REMOTE_KOPTS_OWN;
-    if ((be->caps & QC_BE_CAP_DN_KERNEL) && (int)be->opts.dn_kernel != R->sent_dn_kernel &&
+    if ((be->caps & QC_BE_CAP_DN_KERNEL) && (int)k->dn_kernel != R->sent_dn_kernel &&
         !(own && R->sent_dn_kernel < 0)) {
-        s = rt_option(R, "dn_kernel", be->opts.dn_kernel == QC_DN_RECURRENT ? "recurrent" : "chunked",
+        s = rt_option(R, "dn_kernel", k->dn_kernel == QC_DN_RECURRENT ? "recurrent" : "chunked",
                       err);
-        if (!s) R->sent_dn_kernel = (int)be->opts.dn_kernel;
+        if (!s) R->sent_dn_kernel = (int)k->dn_kernel;
     }
-    if (!s && (be->caps & QC_BE_CAP_CHUNK_SIZE) && be->opts.chunk_size != R->sent_chunk_size &&
+    if (!s && (be->caps & QC_BE_CAP_CHUNK_SIZE) && k->chunk_size != R->sent_chunk_size &&
         !(own && R->sent_chunk_size < 0)) {
         char v[32];
-        snprintf(v, sizeof v, "%d", be->opts.chunk_size);
+        snprintf(v, sizeof v, "%d", k->chunk_size);
         s = rt_option(R, "chunk_size", v, err);
-        if (!s) R->sent_chunk_size = be->opts.chunk_size;
+        if (!s) R->sent_chunk_size = k->chunk_size;
     }
     return s;
 }
@@ -145,7 +145,8 @@ static qc_status rt_sync_opts(qc_backend *be, remote *R, qc_err *err) {
  * [n, 2k] (ids as floats, then weights), as the built-in backends trace them. The values are
  * passed on as the runtime gave them (router_topk judges them); entries it leaves unwritten are
  * -1 / NaN, never stale. */
-static qc_status rt_router_trace(qc_backend *be, remote *R, int n, int start_pos, qc_err *err) {
+static qc_status rt_router_trace(qc_backend *be, const qc_call *k, remote *R, int n, int start_pos,
+                                 qc_err *err) {
     const qc_config *cfg = &be->model->cfg;
     const int K = cfg->n_experts_per_tok;
     for (int l = 0; l < cfg->n_layers; l++) {
@@ -160,23 +161,23 @@ static qc_status rt_router_trace(qc_backend *be, remote *R, int n, int start_pos
                 R->router_row[(size_t)t * 2 * K + j] = (float)R->router_ids[(size_t)t * K + j];
                 R->router_row[(size_t)t * 2 * K + K + j] = R->router_w[(size_t)t * K + j];
             }
-        be->opts.trace(be->opts.trace_user, l, "router_topk", start_pos, n, 2 * K,
-                       R->router_row);
+        k->trace(k->trace_user, l, "router_topk", start_pos, n, 2 * K, R->router_row);
     }
     return QC_OK;
 }
 
-static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                            qc_state *st, float *logits, int all_logits, qc_err *err) {
+static qc_status rm_forward(qc_backend *be, const qc_call *k, const int32_t *tokens, int n,
+                            int start_pos, qc_state *st, float *logits, int all_logits,
+                            qc_err *err) {
     remote *R = be->impl;
     const qc_config *cfg = &be->model->cfg;
     (void)st;
     /* n in [1, max_tokens] and every token in [0, vocab_size): checked by qc_backend_forward,
      * the one entry point (the fault wrappers pass its checked call on unchanged) */
-    qc_status s = rt_sync_opts(be, R, err);
+    qc_status s = rt_sync_opts(be, k, R, err);
     if (s) return s;
-    int want_hidden = be->opts.trace && (be->caps & QC_BE_CAP_HIDDEN);
-    int want_router = be->opts.trace && (be->caps & QC_BE_CAP_ROUTER);
+    int want_hidden = k->trace && (be->caps & QC_BE_CAP_HIDDEN);
+    int want_router = k->trace && (be->caps & QC_BE_CAP_ROUTER);
     if (R->hooks.want_hidden) R->hooks.want_hidden(R->h, want_hidden);
     if (R->hooks.want_router) R->hooks.want_router(R->h, want_router);
     float *dst = logits ? logits : R->logits_scratch;
@@ -186,7 +187,7 @@ static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int st
         snprintf(what, sizeof what, "forward(n=%d, start_pos=%d)", n, start_pos);
         return rt_fail(R, err, what);
     }
-    if (want_router && (s = rt_router_trace(be, R, n, start_pos, err))) return s;
+    if (want_router && (s = rt_router_trace(be, k, R, n, start_pos, err))) return s;
     if (want_hidden) {
         for (int i = 0; i <= cfg->n_layers; i++) {
             if (R->api->get_hidden(R->h, i, R->hidden_buf) != QC_PLUGIN_OK) {
@@ -194,8 +195,7 @@ static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int st
                 snprintf(what, sizeof what, "get_hidden(%d)", i);
                 return rt_fail(R, err, what);
             }
-            be->opts.trace(be->opts.trace_user, i, "hidden", start_pos, n, cfg->hidden_size,
-                           R->hidden_buf);
+            k->trace(k->trace_user, i, "hidden", start_pos, n, cfg->hidden_size, R->hidden_buf);
         }
     }
     /* the mixer outputs: "moe_in" / "mlp_in" rows, as the built-in backends trace them */
@@ -205,8 +205,8 @@ static qc_status rm_forward(qc_backend *be, const int32_t *tokens, int n, int st
             snprintf(what, sizeof what, "get_mlp_in(%d)", l);
             return rt_fail(R, err, what);
         }
-        be->opts.trace(be->opts.trace_user, l, qc_cfg_is_moe(cfg) ? "moe_in" : "mlp_in",
-                       start_pos, n, cfg->hidden_size, R->hidden_buf);
+        k->trace(k->trace_user, l, qc_cfg_is_moe(cfg) ? "moe_in" : "mlp_in", start_pos, n,
+                 cfg->hidden_size, R->hidden_buf);
     }
     return QC_OK;
 }
@@ -219,7 +219,8 @@ static qc_status rm_forward_topk(qc_backend *be, const int32_t *tokens, int n, i
     if (k < 1 || k > V || k > QC_PLUGIN_MAX_TOPK)
         return qc_errf(err, QC_ERR_ARG, "%s: forward_topk: k = %d outside 1..%d", R->name, k,
                        V < QC_PLUGIN_MAX_TOPK ? V : QC_PLUGIN_MAX_TOPK);
-    qc_status s = rt_sync_opts(be, R, err);
+    const qc_call defaults = qc_backend_call_defaults(&be->opts); /* top-k calls carry none */
+    qc_status s = rt_sync_opts(be, &defaults, R, err);
     if (s) return s;
     if (R->hooks.want_hidden) R->hooks.want_hidden(R->h, 0);
     /* sentinels: an entry the runtime leaves unwritten is out of range / NaN, never stale */

@@ -31,7 +31,7 @@ qc_status qc_remote_backend_create(const char *name, const qc_runtime_plugin *ap
  * announces them (docs/adapter-protocol.md, "dn_kernel and chunk_size"). */
 typedef enum {
     QC_REMOTE_KOPTS_PUSH = 0, /* the default (record, bench): every forward first sends the
-                                 be->opts.dn_kernel / chunk_size that differ from the values
+                                 call's dn_kernel / chunk_size (qc_call) that differ from the values
                                  last sent (all of them again after a reset) */
     QC_REMOTE_KOPTS_OWN,      /* check: nothing is sent until a kernel check has sent a key
                                  (the runtime runs on its own defaults); a key sent once is

@@ -153,6 +153,7 @@ static qc_status open_state(case_run *r, qc_err *err) {
     if ((st = qc_state_create(r->cfg, r->profile->max_context_len, &r->state, err))) return st;
     if ((st = qc_runner_create(r->be, r->profile, r->state, &r->runner, err))) return st;
     qc_runner_set_faults(r->runner, &r->in->faults);
+    qc_runner_set_call(r->runner, r->in->call);
     /* A runtime with its own state carries the previous case's state: always start fresh. */
     if (r->in->garbage_state && (st = qc_backend_fill_state(r->be, r->state, NAN, err)))
         return st;
@@ -189,21 +190,20 @@ static qc_status prefill_prompt(case_run *r, qc_err *err) {
     qc_backend *be = r->be;
     const qc_case_input *in = r->in;
     qc_golden_case *out = r->out;
-    qc_trace_fn saved_fn = be->opts.trace;
-    void *saved_user = be->opts.trace_user;
+    qc_call call = in->call ? *in->call : qc_backend_call_defaults(&be->opts);
     if (in->capture_hidden) {
         r->cap.hidden = out->prefill_hidden;
         r->cap.n_index = r->L + 1;
         r->cap.T = r->T;
         r->cap.H = r->H;
         r->cap.start_pos = r->P;
-        be->opts.trace = capture_hidden_cb;
-        be->opts.trace_user = &r->cap;
+        call.trace = capture_hidden_cb;
+        call.trace_user = &r->cap;
     }
+    qc_runner_set_call(r->runner, &call); /* this call only */
     qc_status st = qc_runner_prefill(r->runner, in->tokens, r->T, r->P, out->prefill_logits, NULL,
                                      NULL, err);
-    be->opts.trace = saved_fn;
-    be->opts.trace_user = saved_user;
+    qc_runner_set_call(r->runner, in->call);
     if (st) {
         qc_err_prefix(err, st, "case %s: prefill", out->name);
         return st;

@@ -21,7 +21,10 @@ typedef struct {
     int n_tokens;
     int n_decode;             /* S decode steps */
     const int32_t *forced;    /* [S] teacher-forced decode tokens, or NULL = greedy */
-    int capture_hidden;       /* 1: fill out->prefill_hidden via the trace hook */
+    int capture_hidden;       /* 1: fill out->prefill_hidden via the trace hook (the prompt's
+                                 call then traces into the case's capture, not call.trace) */
+    const qc_call *call;      /* every forward's options (kernel, chunk size, trace); NULL: the
+                                 backend's defaults */
     qc_runner_faults faults;  /* test-only fault hooks (all 0 normally) */
     int garbage_state;        /* 1: fill the state with NaN, then reset, before running */
     int topk;                 /* k > 0 and a QC_BE_CAP_TOPK_ONLY backend: top-k rows instead of

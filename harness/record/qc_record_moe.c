@@ -61,13 +61,11 @@ qc_status qc_record_run_case(qc_backend *be, const qc_profile *profile, const ch
                            name);
         }
     }
-    qc_trace_fn saved_fn = be->opts.trace;
-    void *saved_user = be->opts.trace_user;
-    be->opts.trace = ck_hcap_cb;
-    be->opts.trace_user = &hc;
+    qc_call call = in->call ? *in->call : qc_backend_call_defaults(&be->opts);
+    call.trace = ck_hcap_cb;
+    call.trace_user = &hc;
+    in2.call = &call;
     qc_status st = qc_run_case(be, profile, name, &in2, out, err);
-    be->opts.trace = saved_fn;
-    be->opts.trace_user = saved_user;
     if (!st) {
         if (in->capture_hidden && !(st = hidden_complete(&hc, be, name, err))) {
             out->prefill_hidden = hc.hidden; /* handed over */

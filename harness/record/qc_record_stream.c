@@ -100,6 +100,14 @@ static void take_snaps(tape_case *t, int j, int l) {
             qc_state_copy_layer(t->snaps[i].st, t->live, l, t->snaps[i].n_pos);
 }
 
+/* The options of a step: the backend's kernel defaults, the trace rows kept into u's op. */
+static qc_call step_call(const srun *R, void *u) {
+    qc_call k = qc_backend_call_defaults(&R->be->opts);
+    k.trace = R->keep_trace ? keep_cb : NULL;
+    k.trace_user = u;
+    return k;
+}
+
 /* Layer l of every case's new ops. */
 static qc_status run_layer(srun *R, int l, qc_err *err) {
     qc_backend *be = R->be;
@@ -114,11 +122,8 @@ static qc_status run_layer(srun *R, int l, qc_err *err) {
                 continue;
             }
             void *u[2] = {R, op};
-            be->opts.trace = R->keep_trace ? keep_cb : NULL;
-            be->opts.trace_user = u;
-            qc_status s = be->step_layer(be, l, op->h, op->n, op->start_pos, t->live, err);
-            be->opts.trace = NULL;
-            be->opts.trace_user = NULL;
+            const qc_call k = step_call(R, u);
+            qc_status s = be->step_layer(be, &k, l, op->h, op->n, op->start_pos, t->live, err);
             if (s) return qc_err_prefix(err, s, "case %s: layer %d", R->cases[c].name, l);
             if (R->trace_status)
                 return qc_errf(err, QC_ERR_OOM, "layer-major record: out of memory (trace rows)");
@@ -139,11 +144,8 @@ static qc_status run_norm(srun *R, qc_err *err) {
             float *xn = malloc((size_t)op->n * H * sizeof(float));
             if (!xn) return qc_errf(err, QC_ERR_OOM, "layer-major record: out of memory");
             void *u[2] = {R, op};
-            be->opts.trace = R->keep_trace ? keep_cb : NULL;
-            be->opts.trace_user = u;
-            qc_status s = be->step_norm(be, op->h, xn, op->n, op->start_pos, err);
-            be->opts.trace = NULL;
-            be->opts.trace_user = NULL;
+            const qc_call k = step_call(R, u);
+            qc_status s = be->step_norm(be, &k, op->h, xn, op->n, op->start_pos, err);
             free(op->h);
             op->h = xn;
             if (s) return s;

@@ -30,13 +30,13 @@ static int same_call(const tape_op *op, const int32_t *tokens, int n, int start_
 }
 
 /* Play an executed call back: its logits, its trace rows. */
-static void play(qc_backend *be, const tape_op *op, float *logits) {
+static void play(qc_backend *be, const qc_call *call, const tape_op *op, float *logits) {
     const size_t V = (size_t)be->model->cfg.vocab_size;
     if (logits) memcpy(logits, op->logits, (op->all_logits ? (size_t)op->n : 1) * V * sizeof(float));
-    if (!be->opts.trace) return;
+    if (!call->trace) return;
     for (int i = 0; i < op->n_ev; i++) {
         const tape_event *e = &op->ev[i];
-        be->opts.trace(be->opts.trace_user, e->index, e->name, e->start_pos, e->n, e->dim, e->data);
+        call->trace(call->trace_user, e->index, e->name, e->start_pos, e->n, e->dim, e->data);
     }
 }
 
@@ -51,15 +51,16 @@ static qc_status grow_ops(tape_case *t, qc_err *err) {
     return QC_OK;
 }
 
-static qc_status tape_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                              qc_state *st, float *logits, int all_logits, qc_err *err) {
+static qc_status tape_forward(qc_backend *be, const qc_call *call, const int32_t *tokens, int n,
+                              int start_pos, qc_state *st, float *logits, int all_logits,
+                              qc_err *err) {
     (void)st;
     tape_case *t = current(be);
     if (t->cursor < t->n_done) {
         const tape_op *op = &t->ops[t->cursor];
         if (!same_call(op, tokens, n, start_pos, logits, all_logits))
             return diverged(t, err, "another forward call");
-        play(be, op, logits);
+        play(be, call, op, logits);
         t->cursor++;
         return QC_OK;
     }
@@ -156,9 +157,10 @@ qc_status tape_backend_create(qc_backend *real, tape_case **cur, qc_backend **ou
     ti->cur = cur;
     be->name = real->name;
     be->model = real->model;
-    be->opts = real->opts;
-    be->opts.trace = NULL;
-    be->opts.trace_user = NULL;
+    qc_backend_opts o = real->opts; /* the defaults of the runner's calls: no trace */
+    o.trace = NULL;
+    o.trace_user = NULL;
+    be->opts = o;
     be->impl = ti;
     be->caps = (real->caps | QC_BE_CAP_STATE_READ) & ~QC_BE_CAP_TOPK_ONLY;
     be->max_tokens_per_call = real->max_tokens_per_call;

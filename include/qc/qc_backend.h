@@ -3,21 +3,21 @@
  * A backend owns its forward pass (and any repacked weights / scratch, allocated once at
  * create); it shares the loader (qc_model), the state (qc_state) and the prefill controller.
  *
- * The call contract — checked ONCE, for every backend, by qc_backend_forward (runtime), which then
- * calls be->forward; the prefill controller and every other caller go through it:
- *   qc_backend_forward(be, tokens[n], start_pos, st, logits, all_logits, err)
+ * The call contract — checked ONCE, for every backend, by qc_backend_forward_call (runtime),
+ * which then calls be->forward; the prefill controller and every other caller go through it:
+ *   qc_backend_forward_call(be, call, tokens[n], start_pos, st, logits, all_logits, err)
  *   processes tokens at positions start_pos .. start_pos+n-1 against `st` and updates it
  *   (k/v cache slots start_pos.., conv_state, recurrent_state). It never resets the state; it
  *   never changes st->pos (the controller does). n > 1 is a parallel prefill (projections
  *   over all n tokens, causal attention within the call against the cache, DeltaNet by the
- *   chunked algorithm or the recurrence per opts.dn_kernel).
+ *   chunked algorithm or the recurrence per call->dn_kernel).
  *   logits: NULL (skip the lm_head), or [n, V] when all_logits, or [1, V] (last position).
  * Refused before anything is touched, with one wording whatever the backend (messages start
  * with "forward: "):
  *   QC_ERR_ARG    tokens or st NULL; st's geometry differs from the model config (layers,
  *                 kv heads, head_dim, conv dim / kernel, DeltaNet heads and dims, or a missing
- *                 buffer of a layer); opts.dn_kernel not QC_DN_CHUNKED / QC_DN_RECURRENT;
- *                 opts.chunk_size < 1; a chunked call whose chunk min(chunk_size, n) exceeds
+ *                 buffer of a layer); call->dn_kernel not QC_DN_CHUNKED / QC_DN_RECURRENT;
+ *                 call->chunk_size < 1; a chunked call whose chunk min(chunk_size, n) exceeds
  *                 be->max_chunk_tokens (when > 0: the backend's chunk scratch, sized at create)
  *   QC_ERR_RANGE  n < 1 or n > opts.max_tokens; start_pos < 0; start_pos + n > the state
  *                 capacity (st->max_context_len); a token id outside [0, V)
@@ -25,8 +25,11 @@
  * checks about its own internals). Errors raised after validation (a runtime under test failing)
  * may leave the state partially updated.
  *
- * Options read at every call: dn_kernel, chunk_size, trace, trace_user (may be changed
- * between calls). Fixed at create: n_threads, max_tokens, profile.
+ * Options of one call (qc_call: the DeltaNet kernel, its chunk size, the trace hook that captures
+ * hidden states / mixer outputs / router choices) are an argument of the call, never a field the
+ * caller pokes and restores; qc_backend_forward is the call with the backend's defaults
+ * (be->opts.dn_kernel, chunk_size, trace, trace_user, fixed at create like n_threads,
+ * max_tokens and profile).
  */
 #ifndef QC_BACKEND_H
 #define QC_BACKEND_H
@@ -55,12 +58,26 @@ typedef enum { QC_DN_CHUNKED = 0, QC_DN_RECURRENT = 1 } qc_dn_kernel;
 typedef void (*qc_trace_fn)(void *user, int index, const char *name, int start_pos,
                             int n_tokens, int dim, const float *data);
 
+/* What one forward call computes besides the logits: passed with the call, read only during it. */
 typedef struct {
     qc_dn_kernel dn_kernel; /* multi-token DeltaNet: chunked (default) or token recurrence */
     int chunk_size;         /* chunked DeltaNet chunk size (default 64) */
+    qc_trace_fn trace;      /* what to capture: hidden / mlp_in / moe_in / router_topk rows
+                               (NULL = nothing) */
+    void *trace_user;       /* trace's first argument */
+} qc_call;
+
+/* dn_kernel chunked, chunk_size 64, no trace. */
+void qc_call_default(qc_call *c);
+
+/* A backend's create-time options. dn_kernel .. trace_user are the qc_call that
+ * qc_backend_forward uses (qc_backend_call_defaults); every other caller passes its own. */
+typedef struct {
+    qc_dn_kernel dn_kernel; /* default call: multi-token DeltaNet kernel (default chunked) */
+    int chunk_size;         /* default call: chunked DeltaNet chunk size (default 64) */
     int n_threads;          /* optimized backend threads (0 = OpenMP default); ignored by ref */
     int max_tokens;         /* largest n accepted by forward (scratch is sized for it) */
-    qc_trace_fn trace;      /* optional hidden-state hook (NULL = none) */
+    qc_trace_fn trace;      /* default call: hidden-state hook (NULL = none) */
     void *trace_user;
     struct qc_opt_profile *profile; /* optimized backend: the per-op timer (`bench --profile-ops`,
                                      * qc/qc_optimized_profile.h), caller-owned, outliving the
@@ -69,22 +86,24 @@ typedef struct {
 
 /* dn_kernel chunked, chunk_size 64, n_threads 0, max_tokens 128, no trace. */
 void qc_backend_opts_default(qc_backend_opts *o);
+/* The qc_call of qc_backend_forward: o's dn_kernel, chunk_size, trace, trace_user. */
+qc_call qc_backend_call_defaults(const qc_backend_opts *o);
 
 /* Capability bits: the same values as the plugin ABI's QC_CAP_* (qc_runtime_plugin.h). A
  * built-in backend has all of them but THREADS (reference) ; a runtime under test announces
  * its own. The check engine plans the battery from them: a check whose capability is missing is
  * reported SKIPPED with the reason. */
-#define QC_BE_CAP_HIDDEN     (1u << 0) /* opts.trace is called with every hidden state */
+#define QC_BE_CAP_HIDDEN     (1u << 0) /* call->trace is called with every hidden state */
 #define QC_BE_CAP_STATE_READ (1u << 1) /* st holds the runtime's state (native, or sync_state) */
 #define QC_BE_CAP_STATE_FILL (1u << 2) /* qc_backend_fill_state reaches the runtime's buffers */
 #define QC_BE_CAP_THREADS    (1u << 3) /* opts.n_threads is honoured (bit-identical results) */
-#define QC_BE_CAP_DN_KERNEL  (1u << 4) /* opts.dn_kernel is honoured */
-#define QC_BE_CAP_CHUNK_SIZE (1u << 5) /* opts.chunk_size is honoured */
-/* A MoE model's router choices: opts.trace is called with "router_topk" rows (every layer, every
+#define QC_BE_CAP_DN_KERNEL  (1u << 4) /* call->dn_kernel is honoured */
+#define QC_BE_CAP_CHUNK_SIZE (1u << 5) /* call->chunk_size is honoured */
+/* A MoE model's router choices: call->trace is called with "router_topk" rows (every layer, every
  * position of each call). The built-in backends have it; a runtime under test announces it
  * (plugin QC_CAP_ROUTER + get_router, exec 'router'). */
 #define QC_BE_CAP_ROUTER     (1u << 10)
-/* Each layer's mixer output: opts.trace is called with "mlp_in" (dense) / "moe_in" (MoE) rows
+/* Each layer's mixer output: call->trace is called with "mlp_in" (dense) / "moe_in" (MoE) rows
  * beside the hidden states. The built-in backends have it; a runtime under test announces it
  * (plugin QC_CAP_MLP_IN + get_mlp_in, exec 'mlp_in'). */
 #define QC_BE_CAP_MLP_IN     (1u << 11)
@@ -111,11 +130,11 @@ struct qc_backend {
     int max_tokens_per_call; /* largest n the runtime accepts per call (1: a static [1,1] export;
                                 0: opts.max_tokens) */
     int max_context_len;     /* positions the runtime holds (0: no limit of its own) */
-    int max_chunk_tokens;    /* largest chunked-DeltaNet chunk, min(opts.chunk_size, n), the
+    int max_chunk_tokens;    /* largest chunked-DeltaNet chunk, min(call->chunk_size, n), the
                                 backend's scratch holds (0: any; see the call contract) */
     /* the math of one call; validated arguments only: call qc_backend_forward */
-    qc_status (*forward)(qc_backend *be, const int32_t *tokens, int n, int start_pos,
-                         qc_state *st, float *logits, int all_logits, qc_err *err);
+    qc_status (*forward)(qc_backend *be, const qc_call *call, const int32_t *tokens, int n,
+                         int start_pos, qc_state *st, float *logits, int all_logits, qc_err *err);
     void (*destroy)(qc_backend *be); /* frees impl and be itself */
     const char *(*describe)(const qc_backend *be); /* e.g. "optimized (AVX-512, 2 threads)" */
     /* ---- optional (NULL for the built-in backends, whose state IS st) ---- */
@@ -150,12 +169,12 @@ struct qc_backend {
      *   step_logits(xn, rows) for the output head's rows, in any blocks of rows.
      * The calls of one forward may be interleaved with other calls' steps on other states (a
      * streamed record runs layer l of every call before layer l + 1): a step depends only on
-     * its arguments, the layer's weights and the options. n <= opts.max_tokens; the chunk
+     * its arguments (call included), the layer's weights. n <= opts.max_tokens; the chunk
      * contract of forward applies to step_layer. Traces are emitted as forward emits them. */
-    qc_status (*step_layer)(qc_backend *be, int l, float *h, int n, int start_pos, qc_state *st,
-                            qc_err *err);
-    qc_status (*step_norm)(qc_backend *be, const float *h, float *xn, int n, int start_pos,
-                           qc_err *err);
+    qc_status (*step_layer)(qc_backend *be, const qc_call *call, int l, float *h, int n,
+                            int start_pos, qc_state *st, qc_err *err);
+    qc_status (*step_norm)(qc_backend *be, const qc_call *call, const float *h, float *xn, int n,
+                           int start_pos, qc_err *err);
     /* logits[t * ld + r] = xn[t] . rows[r] for r < rows->shape[0] (rows: a block of lm_head) */
     qc_status (*step_logits)(qc_backend *be, const float *xn, int n, const qc_tensor *rows,
                              float *logits, long ld, qc_err *err);
@@ -167,7 +186,12 @@ struct qc_backend {
 };
 
 /* The one entry point of a forward pass: validates the call contract above (status and message
- * the same for every backend), then returns be->forward(...). err may be NULL. */
+ * the same for every backend), then returns be->forward(be, call, ...). call NULL: the backend's
+ * defaults (qc_backend_call_defaults(&be->opts)). err may be NULL. */
+qc_status qc_backend_forward_call(qc_backend *be, const qc_call *call, const int32_t *tokens,
+                                  int n, int start_pos, qc_state *st, float *logits,
+                                  int all_logits, qc_err *err);
+/* qc_backend_forward_call(be, NULL, ...): the call with the backend's default options. */
 qc_status qc_backend_forward(qc_backend *be, const int32_t *tokens, int n, int start_pos,
                              qc_state *st, float *logits, int all_logits, qc_err *err);
 

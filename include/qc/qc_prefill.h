@@ -68,6 +68,9 @@ qc_status qc_runner_create(qc_backend *be, const qc_profile *p, qc_state *st, qc
                            qc_err *err);
 void qc_runner_destroy(qc_runner *r);
 void qc_runner_set_faults(qc_runner *r, const qc_runner_faults *f);
+/* The options of the runner's later forward calls (kernel, chunk size, trace: qc_backend.h's
+ * qc_call; copied). NULL: the backend's defaults (what a new runner starts with). */
+void qc_runner_set_call(qc_runner *r, const qc_call *call);
 
 /* Start a new sequence: reset the state to exact zeros and position 0 (for a runtime with its
  * own state, through qc_backend_reset). */

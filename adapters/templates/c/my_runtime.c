@@ -67,7 +67,8 @@
 typedef struct {
     qc_model *model;       /* the loaded weights */
     qc_backend *be;        /* the reference backend (the stand-in runtime) */
-    qc_backend_opts opts;  /* what the backend was created with */
+    qc_backend_opts opts;  /* what the backend was created with; dn_kernel / chunk_size: the
+                              next forward's (set_option) */
     qc_state *st;          /* the current sequence (one of seq[]) */
     qc_state *seq[N_SEQ];  /* sequences (created on first use; [0] is the first) */
     qc_state *snap[N_SNAP]; /* snapshots (created on first use) */
@@ -176,7 +177,9 @@ static int my_forward(void *handle, const int32_t *tokens, int32_t n, int32_t st
     qc_err_clear(&e);
     h->hidden_n = 0;
     /* YOUR RUNTIME: run tokens at start_pos.., logits [n, V] (or [1, V] when !all_logits) */
-    if (qc_backend_forward(h->be, tokens, n, start_pos, h->st, logits, all_logits, &e) != QC_OK)
+    const qc_call call = qc_backend_call_defaults(&h->opts); /* kernel options, trace hook */
+    if (qc_backend_forward_call(h->be, &call, tokens, n, start_pos, h->st, logits, all_logits,
+                                &e) != QC_OK)
         return fail(h, QC_PLUGIN_ERROR, "forward: %s", e.msg);
     h->st->pos = start_pos + n; /* the backend never advances pos itself */
     h->hidden_n = n;
@@ -243,11 +246,11 @@ static int my_fill_state(void *handle, float value) {
 static int my_set_option(void *handle, const char *key, const char *value) {
     my_rt *h = handle;
     if (!strcmp(key, "dn_kernel") && (!strcmp(value, "chunked") || !strcmp(value, "recurrent"))) {
-        h->be->opts.dn_kernel = !strcmp(value, "chunked") ? QC_DN_CHUNKED : QC_DN_RECURRENT;
+        h->opts.dn_kernel = !strcmp(value, "chunked") ? QC_DN_CHUNKED : QC_DN_RECURRENT;
         return QC_PLUGIN_OK;
     }
     if (!strcmp(key, "chunk_size") && atoi(value) >= 1) {
-        h->be->opts.chunk_size = atoi(value);
+        h->opts.chunk_size = atoi(value);
         return QC_PLUGIN_OK;
     }
     return fail(h, QC_PLUGIN_UNSUPPORTED, "option %s=%s not supported", key, value);
