@@ -78,80 +78,81 @@ qc_model *qc_model_new(const qc_config *cfg) {
 
 enum { K_EVERY = -1 };
 enum { S_NORMAL = 0, S_QKVZ = 1, S_BA = 2 };
+/* what a slot is besides its shape */
+enum {
+    F_MLP = 1,   /* the dense MLP: absent in a MoE model */
+    F_PROJ = 2,  /* a 2-D projection matrix (may be Q8_0, qc_model_q8.c) */
+    F_SPLIT = 4, /* made from the legacy packed in_proj_qkvz / in_proj_ba when those are given */
+    F_CONV = 8,  /* conv1d.weight: [C,K] is accepted for [C,1,K] */
+};
+/* the config quantities an extent is made of (their values: slot_shape's table q) */
+enum { D_H, D_I, D_QG, D_KV, D_ATT, D_HD, D_CONV, D_VD, D_NV, D_LVD, D_ONE, D_KER, D_QKVZ, D_BA,
+       N_DQ };
 
 typedef struct {
     const char *suffix;  /* name after "layers.{i}." */
     size_t off;          /* offsetof(qc_layer_weights, field); unused for packed slots */
     int kind;            /* K_EVERY or a qc_layer_kind */
     int special;         /* S_NORMAL, S_QKVZ, S_BA */
+    int flags;           /* F_* */
+    int nd;              /* expected rank */
+    int dim[3];          /* expected extents: D_* quantities of the config */
 } slot_desc;
 
 #define LW(f) offsetof(qc_layer_weights, f)
+#define LIN QC_LAYER_LINEAR
 static const slot_desc SLOTS[] = {
-    {"input_layernorm.weight", LW(input_norm), K_EVERY, S_NORMAL},
-    {"post_attention_layernorm.weight", LW(post_norm), K_EVERY, S_NORMAL},
-    {"mlp.gate_proj.weight", LW(mlp_gate), K_EVERY, S_NORMAL},
-    {"mlp.up_proj.weight", LW(mlp_up), K_EVERY, S_NORMAL},
-    {"mlp.down_proj.weight", LW(mlp_down), K_EVERY, S_NORMAL},
-    {"self_attn.q_proj.weight", LW(q_proj), QC_LAYER_FULL, S_NORMAL},
-    {"self_attn.k_proj.weight", LW(k_proj), QC_LAYER_FULL, S_NORMAL},
-    {"self_attn.v_proj.weight", LW(v_proj), QC_LAYER_FULL, S_NORMAL},
-    {"self_attn.o_proj.weight", LW(o_proj), QC_LAYER_FULL, S_NORMAL},
-    {"self_attn.q_norm.weight", LW(q_norm), QC_LAYER_FULL, S_NORMAL},
-    {"self_attn.k_norm.weight", LW(k_norm), QC_LAYER_FULL, S_NORMAL},
-    {"linear_attn.in_proj_qkv.weight", LW(in_proj_qkv), QC_LAYER_LINEAR, S_NORMAL},
-    {"linear_attn.in_proj_z.weight", LW(in_proj_z), QC_LAYER_LINEAR, S_NORMAL},
-    {"linear_attn.in_proj_b.weight", LW(in_proj_b), QC_LAYER_LINEAR, S_NORMAL},
-    {"linear_attn.in_proj_a.weight", LW(in_proj_a), QC_LAYER_LINEAR, S_NORMAL},
-    {"linear_attn.conv1d.weight", LW(conv1d), QC_LAYER_LINEAR, S_NORMAL},
-    {"linear_attn.dt_bias", LW(dt_bias), QC_LAYER_LINEAR, S_NORMAL},
-    {"linear_attn.A_log", LW(A_log), QC_LAYER_LINEAR, S_NORMAL},
-    {"linear_attn.norm.weight", LW(lin_norm), QC_LAYER_LINEAR, S_NORMAL},
-    {"linear_attn.out_proj.weight", LW(out_proj), QC_LAYER_LINEAR, S_NORMAL},
-    {"linear_attn.in_proj_qkvz.weight", 0, QC_LAYER_LINEAR, S_QKVZ},
-    {"linear_attn.in_proj_ba.weight", 0, QC_LAYER_LINEAR, S_BA},
+    {"input_layernorm.weight", LW(input_norm), K_EVERY, S_NORMAL, 0, 1, {D_H}},
+    {"post_attention_layernorm.weight", LW(post_norm), K_EVERY, S_NORMAL, 0, 1, {D_H}},
+    {"mlp.gate_proj.weight", LW(mlp_gate), K_EVERY, S_NORMAL, F_MLP | F_PROJ, 2, {D_I, D_H}},
+    {"mlp.up_proj.weight", LW(mlp_up), K_EVERY, S_NORMAL, F_MLP | F_PROJ, 2, {D_I, D_H}},
+    {"mlp.down_proj.weight", LW(mlp_down), K_EVERY, S_NORMAL, F_MLP | F_PROJ, 2, {D_H, D_I}},
+    {"self_attn.q_proj.weight", LW(q_proj), QC_LAYER_FULL, S_NORMAL, F_PROJ, 2, {D_QG, D_H}},
+    {"self_attn.k_proj.weight", LW(k_proj), QC_LAYER_FULL, S_NORMAL, F_PROJ, 2, {D_KV, D_H}},
+    {"self_attn.v_proj.weight", LW(v_proj), QC_LAYER_FULL, S_NORMAL, F_PROJ, 2, {D_KV, D_H}},
+    {"self_attn.o_proj.weight", LW(o_proj), QC_LAYER_FULL, S_NORMAL, F_PROJ, 2, {D_H, D_ATT}},
+    {"self_attn.q_norm.weight", LW(q_norm), QC_LAYER_FULL, S_NORMAL, 0, 1, {D_HD}},
+    {"self_attn.k_norm.weight", LW(k_norm), QC_LAYER_FULL, S_NORMAL, 0, 1, {D_HD}},
+    {"linear_attn.in_proj_qkv.weight", LW(in_proj_qkv), LIN, S_NORMAL, F_PROJ | F_SPLIT, 2,
+     {D_CONV, D_H}},
+    {"linear_attn.in_proj_z.weight", LW(in_proj_z), LIN, S_NORMAL, F_PROJ | F_SPLIT, 2,
+     {D_VD, D_H}},
+    {"linear_attn.in_proj_b.weight", LW(in_proj_b), LIN, S_NORMAL, F_PROJ | F_SPLIT, 2,
+     {D_NV, D_H}},
+    {"linear_attn.in_proj_a.weight", LW(in_proj_a), LIN, S_NORMAL, F_PROJ | F_SPLIT, 2,
+     {D_NV, D_H}},
+    {"linear_attn.conv1d.weight", LW(conv1d), LIN, S_NORMAL, F_CONV, 3, {D_CONV, D_ONE, D_KER}},
+    {"linear_attn.dt_bias", LW(dt_bias), LIN, S_NORMAL, 0, 1, {D_NV}},
+    {"linear_attn.A_log", LW(A_log), LIN, S_NORMAL, 0, 1, {D_NV}},
+    {"linear_attn.norm.weight", LW(lin_norm), LIN, S_NORMAL, 0, 1, {D_LVD}},
+    {"linear_attn.out_proj.weight", LW(out_proj), LIN, S_NORMAL, F_PROJ, 2, {D_H, D_VD}},
+    {"linear_attn.in_proj_qkvz.weight", 0, LIN, S_QKVZ, 0, 2, {D_QKVZ, D_H}},
+    {"linear_attn.in_proj_ba.weight", 0, LIN, S_BA, 0, 2, {D_BA, D_H}},
 };
+#undef LIN
 #undef LW
 #define N_SLOTS ((int)(sizeof SLOTS / sizeof SLOTS[0]))
-enum { SL_QKV = 11, SL_Z = 12, SL_B = 13, SL_A = 14, SL_CONV = 15, SL_QKVZ = 20, SL_BA = 21 };
-/* mlp.gate_proj / up_proj / down_proj: the dense MLP, absent in a MoE model */
-static int is_dense_mlp(int s) { return s >= 2 && s <= 4; }
-/* the 2-D projection matrices (may be Q8_0, qc_model_q8.c) */
-static int is_proj(int s) { return (s >= 2 && s <= 8) || (s >= SL_QKV && s <= SL_A) || s == 19; }
+enum { SL_QKVZ = N_SLOTS - 2, SL_BA = N_SLOTS - 1 }; /* the packed pair: the last two rows */
 
 static qc_tensor *slot_ptr(qc_layer_weights *lw, int s) {
     return (qc_tensor *)((char *)lw + SLOTS[s].off);
 }
 
-/* Expected shape of slot s. Returns ndim. */
+/* Expected shape of slot s: its row's extents looked up in the config. Returns ndim. */
 static int slot_shape(const qc_config *c, int s, int64_t sh[4]) {
-    int64_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
-    int64_t kd = qc_cfg_key_dim(c), vd = qc_cfg_value_dim(c), C = qc_cfg_conv_dim(c);
-    int64_t nv = c->lin_n_v_heads;
-#define SH1(a) return sh[0] = (a), 1
-#define SH2(a, b) return sh[0] = (a), sh[1] = (b), 2
-    switch (s) {
-    case 0: case 1: SH1(H);
-    case 2: case 3: SH2(I, H);
-    case 4: SH2(H, I);
-    case 5: SH2(2 * c->n_heads * hd, H);
-    case 6: case 7: SH2(c->n_kv_heads * hd, H);
-    case 8: SH2(H, c->n_heads * hd);
-    case 9: case 10: SH1(hd);
-    case SL_QKV: SH2(C, H);
-    case SL_Z: SH2(vd, H);
-    case SL_B: case SL_A: SH2(nv, H);
-    case SL_CONV: return sh[0] = C, sh[1] = 1, sh[2] = c->conv_kernel, 3;
-    case 16: case 17: SH1(nv);
-    case 18: SH1(c->lin_v_dim);
-    case 19: SH2(H, vd);
-    case SL_QKVZ: SH2(2 * kd + 2 * vd, H);
-    case SL_BA: SH2(2 * nv, H);
-    }
-#undef SH1
-#undef SH2
-    QC_ASSERT(!"bad slot");
-    return 0;
+    const int64_t hd = c->head_dim;
+    const int64_t q[N_DQ] = {
+        /* D_QG: the query and its gate; D_QKVZ / D_BA: the legacy packed pair */
+        [D_H] = c->hidden_size, [D_I] = c->intermediate_size, [D_QG] = 2 * c->n_heads * hd,
+        [D_KV] = c->n_kv_heads * hd, [D_ATT] = c->n_heads * hd, [D_HD] = hd,
+        [D_CONV] = qc_cfg_conv_dim(c), [D_VD] = qc_cfg_value_dim(c), [D_NV] = c->lin_n_v_heads,
+        [D_LVD] = c->lin_v_dim, [D_ONE] = 1, [D_KER] = c->conv_kernel,
+        [D_QKVZ] = 2 * (int64_t)qc_cfg_key_dim(c) + 2 * (int64_t)qc_cfg_value_dim(c),
+        [D_BA] = 2 * (int64_t)c->lin_n_v_heads,
+    };
+    QC_ASSERT(s >= 0 && s < N_SLOTS);
+    for (int i = 0; i < SLOTS[s].nd; i++) sh[i] = q[SLOTS[s].dim[i]];
+    return SLOTS[s].nd;
 }
 
 /* ==== The one model check (qc_model_validate): loader, synthetic models, every backend ==== */
@@ -229,11 +230,11 @@ qc_status qc_model_validate(const qc_model *m, qc_err *err) {
         for (int s = 0; s < N_SLOTS; s++) {
             if (SLOTS[s].special != S_NORMAL) continue; /* the legacy packed form is split at load */
             if (SLOTS[s].kind != K_EVERY && SLOTS[s].kind != (int)c->layer_types[li]) continue;
-            if (qc_cfg_is_moe(c) && is_dense_mlp(s)) continue; /* checked absent above */
+            if (qc_cfg_is_moe(c) && (SLOTS[s].flags & F_MLP)) continue; /* checked absent above */
             char name[128];
             snprintf(name, sizeof name, "layers.%d.%s", li, SLOTS[s].suffix);
             const int nd = slot_shape(c, s, sh);
-            if ((st = (is_proj(s) ? qc_model_check_view_q : qc_model_check_view)(
+            if ((st = ((SLOTS[s].flags & F_PROJ) ? qc_model_check_view_q : qc_model_check_view)(
                      slot_ptr((qc_layer_weights *)&m->layers[li], s), name, sh, nd, err)))
                 return st;
         }
@@ -323,7 +324,7 @@ static qc_status classify(load_ctx *L, int file, const qc_st_tensor *t) {
             int s = slot ? 0 : -1;
             for (int k = 0; k < N_SLOTS && !slot; k++)
                 if (!strcmp(suf, SLOTS[k].suffix)) s = k;
-            if (!slot && s >= 0 && qc_cfg_is_moe(c) && is_dense_mlp(s))
+            if (!slot && s >= 0 && qc_cfg_is_moe(c) && (SLOTS[s].flags & F_MLP))
                 return qc_errf(L->err, QC_ERR_UNKNOWN,
                                "%s: %s: unknown tensor (a dense MLP tensor, but config.json "
                                "describes a mixture-of-experts model with num_experts %d)",
@@ -663,8 +664,8 @@ static qc_status load_impl(load_ctx *L) {
         int packed = F[SL_QKVZ].t || F[SL_BA].t;
         for (int s = 0; s < N_SLOTS; s++) {
             if (SLOTS[s].kind != K_EVERY && SLOTS[s].kind != kind) continue;
-            if (qc_cfg_is_moe(c) && is_dense_mlp(s)) continue; /* MoE: qc_moe_take below */
-            int is_split = (s == SL_QKV || s == SL_Z || s == SL_B || s == SL_A);
+            if (qc_cfg_is_moe(c) && (SLOTS[s].flags & F_MLP)) continue; /* MoE: qc_moe_take below */
+            int is_split = (SLOTS[s].flags & F_SPLIT) != 0;
             int is_packed = (SLOTS[s].special != S_NORMAL);
             if ((packed && is_split) || (!packed && is_packed)) {
                 if (F[s].t) /* a split tensor next to a packed one */
@@ -682,7 +683,8 @@ static qc_status load_impl(load_ctx *L) {
                 qc_tensor tmp;
                 if ((st = take_view(L, &F[s], sh, nd, 0, &tmp)) != QC_OK) return st;
             } else {
-                if ((st = take_view(L, &F[s], sh, nd, s == SL_CONV, slot_ptr(&m->layers[li], s))) != QC_OK)
+                if ((st = take_view(L, &F[s], sh, nd, (SLOTS[s].flags & F_CONV) != 0,
+                                    slot_ptr(&m->layers[li], s))) != QC_OK)
                     return st;
             }
         }
