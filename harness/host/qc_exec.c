@@ -216,22 +216,34 @@ static const char *x_last_error(void *h) {
     return x ? x->err : g_open_err;
 }
 
+/* What every capture getter checks first: the capability announced, the child running, the
+ * last forward's capture present (`valid`, else `missing` says why), `what` idx in 0..hi and
+ * the destination given. QC_PLUGIN_OK to go on, else the status to return. */
+static int x_capture_check(qc_exec *x, const char *fn, unsigned cap, const char *cap_name,
+                           int valid, const char *missing, const char *what, int idx, int hi,
+                           int dst_ok) {
+    if (!(x->info.caps & cap))
+        return ex_local_err(x, QC_PLUGIN_UNSUPPORTED, fn, "the adapter did not announce the '%s' "
+                            "capability", cap_name);
+    if (x->dead) return ex_not_running(x, fn);
+    if (!valid) return ex_local_err(x, QC_PLUGIN_ERROR, fn, "%s", missing);
+    if (idx < 0 || idx > hi || !dst_ok)
+        return ex_local_err(x, QC_PLUGIN_ERROR, fn, "bad arguments (%s %d of 0..%d%s)", what, idx,
+                            hi, dst_ok ? "" : ", dst NULL");
+    return QC_PLUGIN_OK;
+}
+
+/* Hidden checkpoint `index` [n, H] of the last forward. */
 static int x_get_hidden(void *h, int32_t index, float *dst) {
     qc_exec *x = h;
     if (!x) return QC_PLUGIN_ERROR;
-    if (!(x->info.caps & QC_CAP_HIDDEN))
-        return ex_local_err(x, QC_PLUGIN_UNSUPPORTED, "get_hidden", "the adapter did not announce "
-                            "the 'hidden' capability");
-    if (x->dead) return ex_not_running(x, "get_hidden");
-    int L = dim_layers(x), H = dim_hidden(x);
-    if (!x->hidden_valid)
-        return ex_local_err(x, QC_PLUGIN_ERROR, "get_hidden", "no hidden states: the last forward "
-                            "did not return any (not asked for: qc_exec_want_hidden off, or the "
-                            "forward failed)");
-    if (index < 0 || index > L || !dst)
-        return ex_local_err(x, QC_PLUGIN_ERROR, "get_hidden", "bad arguments (index %d of 0..%d%s)",
-                            (int)index, L, dst ? "" : ", dst NULL");
-    size_t blk = (size_t)x->hidden_n * (size_t)H;
+    int L = dim_layers(x);
+    int rc = x_capture_check(x, "get_hidden", QC_CAP_HIDDEN, "hidden", x->hidden_valid,
+                             "no hidden states: the last forward did not return any (not asked "
+                             "for: qc_exec_want_hidden off, or the forward failed)",
+                             "index", (int)index, L, dst != NULL);
+    if (rc != QC_PLUGIN_OK) return rc;
+    size_t blk = (size_t)x->hidden_n * (size_t)dim_hidden(x);
     memcpy(dst, x->hidden + (size_t)index * blk, blk * sizeof(float));
     return QC_PLUGIN_OK;
 }
@@ -240,18 +252,14 @@ static int x_get_hidden(void *h, int32_t index, float *dst) {
 static int x_get_mlp_in(void *h, int32_t layer, float *dst) {
     qc_exec *x = h;
     if (!x) return QC_PLUGIN_ERROR;
-    if (!(x->info.caps & QC_CAP_MLP_IN))
-        return ex_local_err(x, QC_PLUGIN_UNSUPPORTED, "get_mlp_in", "the adapter did not announce "
-                            "the 'mlp_in' capability");
-    if (x->dead) return ex_not_running(x, "get_mlp_in");
-    int L = dim_layers(x), H = dim_hidden(x);
-    if (!x->hidden_valid || !x->hidden_has_mlp_in)
-        return ex_local_err(x, QC_PLUGIN_ERROR, "get_mlp_in", "no mlp_in: the last forward did "
-                            "not return it (hidden states not asked for, or the forward failed)");
-    if (layer < 0 || layer >= L || !dst)
-        return ex_local_err(x, QC_PLUGIN_ERROR, "get_mlp_in", "bad arguments (layer %d of 0..%d%s)",
-                            (int)layer, L - 1, dst ? "" : ", dst NULL");
-    size_t blk = (size_t)x->hidden_n * (size_t)H;
+    int L = dim_layers(x);
+    int rc = x_capture_check(x, "get_mlp_in", QC_CAP_MLP_IN, "mlp_in",
+                             x->hidden_valid && x->hidden_has_mlp_in,
+                             "no mlp_in: the last forward did not return it (hidden states not "
+                             "asked for, or the forward failed)",
+                             "layer", (int)layer, L - 1, dst != NULL);
+    if (rc != QC_PLUGIN_OK) return rc;
+    size_t blk = (size_t)x->hidden_n * (size_t)dim_hidden(x);
     memcpy(dst, x->hidden + (size_t)(L + 1 + layer) * blk, blk * sizeof(float));
     return QC_PLUGIN_OK;
 }
@@ -261,18 +269,13 @@ static int x_get_mlp_in(void *h, int32_t layer, float *dst) {
 static int x_get_router(void *h, int32_t layer, int32_t *ids, float *weights) {
     qc_exec *x = h;
     if (!x) return QC_PLUGIN_ERROR;
-    if (!(x->info.caps & QC_CAP_ROUTER))
-        return ex_local_err(x, QC_PLUGIN_UNSUPPORTED, "get_router", "the adapter did not announce "
-                            "the 'router' capability");
-    if (x->dead) return ex_not_running(x, "get_router");
-    int L = dim_layers(x), K = x->have_dims ? x->dims.n_experts_per_tok : 0;
-    if (!x->router_valid)
-        return ex_local_err(x, QC_PLUGIN_ERROR, "get_router", "no router choices: the last "
-                            "forward did not return any (not asked for: qc_exec_want_router off, "
-                            "a dense model, or the forward failed)");
-    if (layer < 0 || layer >= L || !ids || !weights)
-        return ex_local_err(x, QC_PLUGIN_ERROR, "get_router", "bad arguments (layer %d of 0..%d)",
-                            (int)layer, L - 1);
+    int L = dim_layers(x);
+    int rc = x_capture_check(x, "get_router", QC_CAP_ROUTER, "router", x->router_valid,
+                             "no router choices: the last forward did not return any (not asked "
+                             "for: qc_exec_want_router off, a dense model, or the forward failed)",
+                             "layer", (int)layer, L - 1, ids && weights);
+    if (rc != QC_PLUGIN_OK) return rc;
+    int K = x->have_dims ? x->dims.n_experts_per_tok : 0;
     size_t blk = (size_t)x->router_n * (size_t)K;
     memcpy(ids, x->router_ids + (size_t)layer * blk, blk * sizeof(int32_t));
     memcpy(weights, x->router_w + (size_t)layer * blk, blk * sizeof(float));
