@@ -1,7 +1,8 @@
 /* main.c — the `qwen-conform` dispatcher.
  *
  *   qwen-conform [check] --golden DIR|FILE ...   conformance check (the default command)
- *   qwen-conform record | inspect | diff | calibrate | bench | adapter-serve | adapter-init ...
+ *   qwen-conform COMMAND ...                     a command of the table COMMANDS, which both
+ *                                                dispatches and prints the usage text
  *   qwen-conform --version | --help
  */
 #include <stdio.h>
