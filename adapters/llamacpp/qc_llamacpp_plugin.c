@@ -30,8 +30,8 @@
  *                     (default 0). N >= 1 announces QC_CAP_TRIM: trim = llama_memory_seq_rm of
  *                     the trailing positions, which llama.cpp serves for the recurrent state
  *                     only from these snapshots (rollback of up to N positions of the last call)
- *   snap=full|partial snapshot / restore through llama_state_seq_{get,set}_data (full, default)
- *                     or the _ext variants with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (the
+ *   snap=full|partial snapshot / restore through llama_state_seq_{get,set}_data_ext: flags 0
+ *                     (the whole sequence, default) or LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (the
  *                     recurrent part only, the KV cells past the snapshot dropped on restore:
  *                     llama-server's context checkpoints; see README for what it measures)
  *   fill=0|1          announce QC_CAP_STATE_FILL (default 1; fill_state writes the value into
