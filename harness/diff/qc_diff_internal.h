@@ -4,6 +4,7 @@
  *   qc_diff_checks.c  the checks of one case (inputs, logits, argmax, hidden, states, decode)
  *   qc_diff_router.c  router_topk of one case (MoE)
  *   qc_diff_topk.c    the topk.* rows of a top-k case (prefill/topk instead of prefill/logits)
+ *   qc_diff_tokens.c  the decode.tokens row both of the last two start with
  *   qc_actual_read.c  reading the ACTUAL file (qc_actual.h)
  */
 #ifndef QC_DIFF_INTERNAL_H
@@ -35,7 +36,7 @@ void qd_case(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_cas
  * when either file has no router datasets (or the model is dense: qd_file, once per file). */
 void qd_router(ctx *c, const diff_opts *d, const qc_golden_case *gc, const qc_actual_case *ac);
 
-/* qc_diff_checks.c: the decode.tokens row of a case. Returns the decode steps whose rows are
+/* qc_diff_tokens.c: the decode.tokens row of a case. Returns the decode steps whose rows are
  * comparable: S, or the first step where the ACTUAL fed another token than the golden (a FAIL
  * row). S without decode/tokens or without decode rows (logits, or top-k in a top-k case). */
 int qd_decode_tokens(ctx *c, const cmp_spec *s, const qc_golden_case *gc,

@@ -25,18 +25,6 @@ static qc_status check_ids(const gio_ctx *c, const char *path, const int32_t *id
     return QC_OK;
 }
 
-/* Allocate the per-layer pointer arrays of gs (all NULL). */
-qc_status gio_state_alloc_ptrs(const qc_config *cfg, qc_golden_state *gs) {
-    int L = cfg->n_layers;
-    gs->k_cache = calloc((size_t)L, sizeof(float *));
-    gs->v_cache = calloc((size_t)L, sizeof(float *));
-    gs->conv_state = calloc((size_t)L, sizeof(float *));
-    gs->recurrent_state = calloc((size_t)L, sizeof(float *));
-    if (!gs->k_cache || !gs->v_cache || !gs->conv_state || !gs->recurrent_state)
-        return QC_ERR_OOM;
-    return QC_OK;
-}
-
 static qc_status missing_dataset(const gio_ctx *c, const char *locpath, const char *rel) {
     return qc_errf(c->err, QC_ERR_MISSING, "%s: %s/%s: missing dataset", c->file, locpath, rel);
 
@@ -91,19 +79,6 @@ static qc_status state_datasets(const gio_ctx *c, const qc_config *cfg, hid_t pa
 /* ===================================================================================== */
 /* reading: cases                                                                        */
 /* ===================================================================================== */
-
-int qc_golden_max_positions(const qc_config *cfg) {
-    int m = cfg ? cfg->max_position_embeddings : 0;
-    return m > 0 && m < QC_GOLDEN_MAX_POSITIONS ? m : QC_GOLDEN_MAX_POSITIONS;
-}
-
-/* What bounds the positions, for messages. */
-const char *gio_positions_what(const qc_config *cfg) {
-    return cfg->max_position_embeddings > 0 &&
-                   cfg->max_position_embeddings < QC_GOLDEN_MAX_POSITIONS
-               ? "the config's max_position_embeddings"
-               : "the reader's limit";
-}
 
 /* A token dataset of n tokens that would take the case past the position limit: QC_ERR_SHAPE
  * naming the dataset, its shape and the most it may hold. */
@@ -357,13 +332,6 @@ done:
     CLOSE_G(cg);
     if (st) gio_case_free_tensors(cfg, gc);
     return st;
-}
-
-/* a * b + c in 64 bits, saturating */
-uint64_t gio_sat_madd(uint64_t a, uint64_t b, uint64_t c) {
-    if (a && b > UINT64_MAX / a) return UINT64_MAX;
-    uint64_t p = a * b;
-    return p > UINT64_MAX - c ? UINT64_MAX : p + c;
 }
 
 /* Floats of one state snapshot with n_pos cache positions. */

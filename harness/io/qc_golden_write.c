@@ -65,21 +65,6 @@ oom:
     return qc_errf(err, QC_ERR_OOM, "state snapshot: out of memory");
 }
 
-void qc_golden_state_free(const qc_config *cfg, qc_golden_state *gs) {
-    if (!gs) return;
-    for (int l = 0; l < cfg->n_layers; l++) {
-        if (gs->k_cache) free(gs->k_cache[l]);
-        if (gs->v_cache) free(gs->v_cache[l]);
-        if (gs->conv_state) free(gs->conv_state[l]);
-        if (gs->recurrent_state) free(gs->recurrent_state[l]);
-    }
-    free(gs->k_cache);
-    free(gs->v_cache);
-    free(gs->conv_state);
-    free(gs->recurrent_state);
-    memset(gs, 0, sizeof *gs);
-}
-
 /* ===================================================================================== */
 /* writing                                                                               */
 /* ===================================================================================== */

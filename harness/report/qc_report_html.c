@@ -1,6 +1,7 @@
 /* qc_report_html.c — `check --html FILE`: one self-contained HTML page (qc_report_html.h). The
- * charts are drawn by qc_report_html_svg.c; this file holds the page, the verdicts, the summary,
- * the row table and the script that filters it. */
+ * charts are drawn by qc_report_html_svg.c, both write through the text primitives of
+ * qc_report_html_text.c; this file holds the page, the verdicts, the summary, the row table
+ * and the script that filters it. */
 
 #include "qc_report_html.h"
 
@@ -14,35 +15,6 @@
 #include "qc_report_causes.h"
 #include "qc_report_html_internal.h"
 #include "qc_report_verdict.h"
-
-/* ===================================================================================== */
-/* the text buffer                                                                       */
-/* ===================================================================================== */
-
-void qc_hb_puts(qc_hbuf *b, const char *s) { qc_hb_printf(b, "%s", s); }
-
-void qc_hb_esc(qc_hbuf *b, const char *s) {
-    if (!s) return;
-    const char *run = s; /* the start of the text not yet written */
-    for (const char *p = s;; p++) {
-        unsigned char c = (unsigned char)*p;
-        const char *rep = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;"
-                        : c == '"' ? "&quot;" : c == '\'' ? "&#39;"
-                        : (c < 0x20 && c && c != '\t' && c != '\n' && c != '\r') || c == 0x7f
-                            ? "\xef\xbf\xbd" : NULL;
-        if (!rep && c) continue;
-        qc_hb_printf(b, "%.*s", (int)(p - run), run);
-        if (!c) return;
-        qc_hb_puts(b, rep);
-        run = p + 1;
-    }
-}
-
-void qc_hb_num(qc_hbuf *b, double v) {
-    if (isnan(v)) qc_hb_puts(b, "NaN");
-    else if (isinf(v)) qc_hb_puts(b, v > 0 ? "inf" : "-inf");
-    else qc_hb_printf(b, "%.3g", v);
-}
 
 /* ===================================================================================== */
 /* style and script                                                                      */

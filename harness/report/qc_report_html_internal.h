@@ -2,6 +2,7 @@
  *   qc_report_html.c      the page: verdicts, summary, the row table and its filter script
  *   qc_report_html_svg.c  the inline SVG charts of each case (tolerance ratios per check, the
  *                         per-layer curves of the detail text, the long-decode drift curves)
+ *   qc_report_html_text.c the text primitives both write with (qc_hb_puts / _esc / _num)
  */
 #ifndef QC_REPORT_HTML_INTERNAL_H
 #define QC_REPORT_HTML_INTERNAL_H
