@@ -23,17 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "qc/qc_backend.h"
 #include "qc/qc_memplan.h"
 #include "qc/qc_optimized.h"
 #include "qc_opt_internal.h"
-
-/* test only (the bench gate's test, tests/cli/test_bench_gate.sh): env QC_TEST_DECODE_SLEEP_US,
- * read at create, sleeps that many microseconds in every single-token forward (a decode step),
- * so the test has a build that is really slower. 0 (unset) in normal use. */
-static long opt_test_decode_sleep_us;
 
 /* ===================================================================================== */
 /* Release (the layout and create are at the end of the file)                             */
@@ -446,10 +440,6 @@ static qc_status opt_forward(qc_backend *be, const qc_call *k, const int32_t *to
                              int start_pos, qc_state *st, float *logits, int all_logits,
                              qc_err *err) {
     qc_opt *o = be->impl;
-    if (n == 1 && opt_test_decode_sleep_us > 0) {
-        struct timespec ts = {opt_test_decode_sleep_us / 1000000, (opt_test_decode_sleep_us % 1000000) * 1000};
-        nanosleep(&ts, NULL);
-    }
     const int chunk = chunk_of(k, n);
     qc_status s = check_capacity(o, n, chunk, err);
     if (s) return s;
@@ -752,8 +742,6 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     if (pm && *pm) o->par_min = atof(pm);
     const char *gm = getenv("QC_OPT_GEMM_MIN");
     if (gm && *gm) o->gemm_min = atoi(gm) > 0 ? atoi(gm) : 1;
-    const char *tsl = getenv("QC_TEST_DECODE_SLEEP_US");
-    opt_test_decode_sleep_us = tsl && *tsl ? atol(tsl) : 0;
     snprintf(o->desc, sizeof o->desc, "optimized (%s, %d thread%s)", o->k->isa, o->nthreads,
              o->nthreads == 1 ? "" : "s");
 

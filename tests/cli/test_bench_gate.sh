@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_bench_gate.sh — the `bench --baseline` gate does not cry wolf, and catches a real slowdown.
 #   bash tests/cli/test_bench_gate.sh <path-to-qwen-conform> <source-dir>
-# On a tiny checkpoint (optimized backend, 1 thread, 4 repetitions, 0.1 s per figure,
-# --max-regression 40): registered in CTest (label cli) and meant to pass on a loaded machine
+# On a tiny checkpoint (the optimized backend as a plugin, 1 thread, 4 repetitions, 0.1 s per
+# figure, --max-regression 40): registered in CTest (label cli) and meant to pass on a loaded machine
 # (ctest -j2 beside builds and busy loops): 30-90 s. Why 40 %: on this 2-vCPU machine the fastest
 # run of a figure is 0.7x as fast while the other vCPU is busy as while it idles (they share a
 # host core), so a baseline taken on an idle machine and a run on a loaded one differ by up to
@@ -12,19 +12,32 @@
 #      pinned to every CPU in turn, a suspect re-measured once with twice the repetitions), and
 #      each report (JSON, Markdown) carries the verdict "pass"; the ratio new / baseline of
 #      every comparison is printed (# ratios ...);
-#   2. the same binary slowed by a sleep in every decode step (the test-only env var
-#      QC_TEST_DECODE_SLEEP_US=20, read at backend create; a step of this model takes ~11 us and
-#      a sleep costs >= its 20 us, so >= 2.8x slower, ~8x here with the timer slack) is caught:
-#      exit 1, the decode figure marked REGRESSION in the JSON and the Markdown, re-measured
-#      once, while the dynamic prefill (not slowed) is not a regression;
+#   2. the same runtime slowed by a sleep in every decode step is caught: exit 1, the decode
+#      figure marked REGRESSION in the JSON and the Markdown, re-measured once, while the
+#      dynamic prefill (not slowed) is not a regression. The runtime benched throughout is
+#      tests/cli/slow_plugin.c (compiled here): a plugin that wraps the built-in
+#      libqc_plugin_optimized.so unchanged, except that with its env var
+#      QC_SLOW_PLUGIN_DECODE_US=20 (read at open) it sleeps 20 us in every one-token forward; a
+#      step of this model takes ~11 us and a sleep costs >= its 20 us, so >= 2.8x slower (~8x
+#      with the timer slack). The product has no such hook: the baseline and the self-
+#      comparisons run the same plugin without the env var (a pure pass-through), so every
+#      figure is named plugin:slow.so on both sides of the comparison;
 #   3. a baseline 3x faster than this binary (every figure's numbers tripled): all 3 figures
 #      are regressions (a 3x slowdown is caught whatever the load of either run);
 #   4. --no-remeasure, a baseline without the fastest-run fields nor intervals (older report),
 #      and a bad baseline field.
 set -u
 . "$(dirname "$0")/bench_common.sh" test_bench_gate "$@"
-ARGS=(--model "$MODEL" --backends optimized --prompt 16 --static-prompt 4 --decode 8 --reps 4
-      --threads 1 --min-time 0.1 --warmup 1 --max-regression 40)
+CC="${CC:-cc}"
+INNER="$(cd "$(dirname "$QC")" && pwd)/libqc_plugin_optimized.so"
+[ -f "$INNER" ] || { bad "$INNER not built"; bench_done; exit 1; }
+"$CC" -shared -fPIC -O2 -I"$SRC/include" -DSLOW_INNER="\"$INNER\"" -o "$TMP/slow.so" \
+  "$SRC/tests/cli/slow_plugin.c" -ldl || { bad "cannot compile tests/cli/slow_plugin.c"; bench_done; exit 1; }
+# the plugin's own sizes (it would hold 32768 positions of this tiny model otherwise, a 90 MB
+# arena made twice per run) and its thread count at open (its name then says 1 thread)
+ARGS=(--model "$MODEL" --backend "plugin:$TMP/slow.so,threads=1,max_context=64,max_tokens=16"
+      --prompt 16 --static-prompt 4 --decode 8 --reps 4 --threads 1 --min-time 0.1 --warmup 1
+      --max-regression 40)
 SLEEP_US=20
 T0=$(date +%s)
 
@@ -34,7 +47,7 @@ if "$QC" bench "${ARGS[@]}" --json "$TMP/base.json" >"$TMP/stdout" 2>"$TMP/stder
 else
   bad "baseline run: exit $? ($(tail -2 "$TMP/stderr"))"
 fi
-"$PY" - "$TMP/base.json" <<'PYEOF' && ok "baseline JSON: schema_version, machine id, intervals per figure" || bad "baseline JSON"
+"$PY" - "$TMP/base.json" <<'PYEOF' && ok "baseline JSON: schema_version, machine id, intervals per figure (plugin:slow.so)" || bad "baseline JSON"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["schema_version"] == 1
@@ -43,6 +56,7 @@ assert m["vendor"] and m["cpu"] and m["cores"] >= 1 and m["memory_gib"] > 0, m
 assert isinstance(m["family"], (int, float)) and "flags" in m, m
 assert len(d["results"]) == 3, d["results"]
 for r in d["results"]:
+    assert r["backend"] == "plugin:slow.so", r["backend"]
     s = sorted(r["tok_s_samples"])
     assert len(s) >= 4, r
     assert s[0] <= r["tok_s_ci_lo"] <= r["tok_s_median"] <= r["tok_s_ci_hi"] <= s[-1], r
@@ -87,7 +101,7 @@ PYEOF
 grep -q '^### Gate: pass' "$TMP/self.md" && ok "the verdict is in the Markdown" || bad "no verdict in the Markdown"
 
 # ---- a build slowed in its decode loop is caught ----------------------------------------------
-QC_TEST_DECODE_SLEEP_US=$SLEEP_US "$QC" bench "${ARGS[@]}" --baseline "$TMP/base.json" --json "$TMP/slow.json" \
+QC_SLOW_PLUGIN_DECODE_US=$SLEEP_US "$QC" bench "${ARGS[@]}" --baseline "$TMP/base.json" --json "$TMP/slow.json" \
   --markdown "$TMP/slow.md" --svg "$TMP/slow.svg" >"$TMP/stdout" 2>"$TMP/stderr"
 rc=$?
 echo "# slowed: $(grep -E 'decode .*thr: best' "$TMP/stderr" | sed 's/  */ /g')"
@@ -102,11 +116,11 @@ v = {r["mode"]: r["baseline"]["verdict"] for r in d["results"]}
 assert v["decode"] == "REGRESSION", v
 assert v["dynamic"] != "REGRESSION", v
 PYEOF
-grep -q '^### Gate: regression' "$TMP/slow.md" && grep -q '^- REGRESSION: optimized decode 8 tok @ 16' "$TMP/slow.md" \
+grep -q '^### Gate: regression' "$TMP/slow.md" && grep -q '^- REGRESSION: plugin:slow.so decode 8 tok @ 16' "$TMP/slow.md" \
   && ok "Markdown names the regression" || bad "Markdown regression"
 grep -q 'gate vs baseline: regression' "$TMP/slow.svg" && ok "SVG carries the verdict" || bad "SVG verdict"
 
-QC_TEST_DECODE_SLEEP_US=$SLEEP_US "$QC" bench "${ARGS[@]}" --baseline "$TMP/base.json" --no-remeasure \
+QC_SLOW_PLUGIN_DECODE_US=$SLEEP_US "$QC" bench "${ARGS[@]}" --baseline "$TMP/base.json" --no-remeasure \
   >"$TMP/stdout" 2>"$TMP/stderr"
 rc=$?
 [ $rc = 1 ] && ! grep -q 're-measuring once' "$TMP/stderr" && ok "--no-remeasure: exit 1 without a second look" \
