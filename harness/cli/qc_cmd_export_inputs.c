@@ -318,17 +318,13 @@ static qc_status make_parents(const char *root, const char *rel, qc_err *err) {
     return QC_OK;
 }
 
-/* Every file of l under root (each atomically). With `pause_us` (tests only, env
- * QC_TEST_EXPORT_PAUSE_US) it sleeps after each file so a test can interrupt it. Returns
- * QC_ERR_IO "interrupted" when a deferred signal arrived (the caller cleans up, re-raises). */
+/* Every file of l under root (each atomically). Returns QC_ERR_IO "interrupted" when a
+ * deferred signal arrived (the caller cleans up, re-raises). */
 static qc_status write_all(const char *root, const out_list *l, qc_err *err) {
-    const char *ev = getenv("QC_TEST_EXPORT_PAUSE_US");
-    long pause_us = ev ? strtol(ev, NULL, 10) : 0;
     for (int i = 0; i < l->n; i++) {
         if (qc_outpath_signal_pending())
             return qc_errf(err, QC_ERR_IO, "%s: interrupted by signal %d", root,
                            qc_outpath_signal_pending());
-        if (i > 0 && pause_us > 0) usleep((useconds_t)pause_us);
         char p[8192];
         qc_status st = make_parents(root, l->f[i].rel, err);
         if (st) return st;

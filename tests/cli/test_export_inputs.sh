@@ -193,11 +193,29 @@ mkdir -p "$TMP/emptyout"
 "$QC" export-inputs "$G" --out "$TMP/no/such/dir" >/dev/null 2>"$TMP/stderr"
 rc=$?
 [ "$rc" = 2 ] && [ ! -e "$TMP/no" ] && ok "--out whose parent is missing: exit 2" || bad "missing parent: exit $rc"
-# SIGINT / SIGTERM while the temp directory is being filled: nothing appears, no temp tree left
+# SIGINT / SIGTERM while the temp directory is being filled: nothing appears, no temp tree left.
+# The export is slowed by tests/cli/slow_io.c (LD_PRELOAD: every file's fsync sleeps 0.3 s), so
+# the signal comes while its files are being written; ASan (if any) may not come first then.
+CC="${CC:-cc}"
+"$CC" -shared -fPIC -O1 -o "$TMP/slow_io.so" "$SRC/tests/cli/slow_io.c" -ldl \
+  || { bad "cannot compile tests/cli/slow_io.c"; echo "# $pass passed, $fail failed"; exit 1; }
+mkdir -p "$TMP/slowcheck"
+t0=$(date +%s%N)
+QC_SLOW_IO_FSYNC_US=100000 LD_PRELOAD="$TMP/slow_io.so" \
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+  "$QC" export-inputs "$G" --out "$TMP/slowcheck/out" >/dev/null 2>"$TMP/stderr"
+rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+n_files=$(find "$TMP/slowcheck/out" -type f 2>/dev/null | wc -l)
+[ "$rc" = 0 ] && [ "$n_files" -ge 2 ] && [ "$ms" -ge $((n_files * 100)) ] \
+  && ok "the slow_io shim slows each file of the export (100 ms a file: $n_files files in $ms ms)" \
+  || bad "slow_io shim: exit $rc, $n_files files in $ms ms (want >= 100 ms a file) $(cat "$TMP/stderr")"
 for sig in INT TERM; do
   mkdir -p "$TMP/sig$sig"
   set -m  # job control: a background job keeps SIGINT (otherwise the shell ignores it for it)
-  QC_TEST_EXPORT_PAUSE_US=300000 "$QC" export-inputs "$G" --out "$TMP/sig$sig/out" >/dev/null 2>&1 &
+  QC_SLOW_IO_FSYNC_US=300000 LD_PRELOAD="$TMP/slow_io.so" \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    "$QC" export-inputs "$G" --out "$TMP/sig$sig/out" >/dev/null 2>&1 &
   p=$!
   set +m
   for _ in $(seq 50); do ls "$TMP/sig$sig" | grep -q '\.tmp\.' && break; sleep 0.05; done
@@ -205,8 +223,8 @@ for sig in INT TERM; do
   kill -"$sig" "$p"; wait "$p"; rc=$?
   left=$(ls -A "$TMP/sig$sig")
   case "$sig" in INT) want=130;; TERM) want=143;; esac
-  [ -n "$seen" ] && [ "$rc" = "$want" ] && [ -z "$left" ] \
-    && ok "SIG$sig during the write: exit $rc, no --out, no temp directory" \
+  echo "$seen" | grep -q '\.tmp\.' && [ "$rc" = "$want" ] && [ -z "$left" ] \
+    && ok "SIG$sig during the write (temp directory seen): exit $rc, no --out, no temp directory" \
     || bad "SIG$sig during the write: exit $rc (want $want), seen '$seen', left '$left'"
 done
 ls "$TMP" | grep -q '\.tmp\.' && bad "a temp directory was left in $TMP" || ok "no temp directory left"
