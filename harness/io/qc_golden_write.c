@@ -210,7 +210,8 @@ static qc_status write_state(const wr_ctx *w, const qc_config *cfg, hid_t parent
 
 /* MoE (golden/SCHEMA.md "MoE"): <ppath>/router/{topk_ids, topk_weights, margins} [L, rows, k]
  * / [L, rows] and <ppath>/moe_in [L, rows, H], each only when present (a C backend traces no
- * router probabilities: no margins). */
+ * router probabilities: no margins). A dense model: only the mixer output, named mlp_in (the
+ * name the reader takes for a dense model, qc_golden_moe.c); router datasets are refused. */
 static qc_status write_moe(const wr_ctx *w, const qc_config *cfg, hid_t parent,
                            const char *ppath, int rows, const int32_t *ids, const float *wts,
                            const float *margins, const float *moe_in) {
@@ -218,7 +219,12 @@ static qc_status write_moe(const wr_ctx *w, const qc_config *cfg, hid_t parent,
     const hsize_t L = (hsize_t)cfg->n_layers, R = (hsize_t)rows,
                   K = (hsize_t)cfg->n_experts_per_tok, H = (hsize_t)cfg->hidden_size;
     hsize_t dk[3] = {L, R, K}, dm[2] = {L, R}, di[3] = {L, R, H};
-    if (!qc_cfg_is_moe(cfg)) return QC_OK;
+    if (!qc_cfg_is_moe(cfg)) {
+        if (ids || wts || margins)
+            return qc_errf(w->err, QC_ERR_ARG, "%s: %s/router: router datasets for a dense "
+                           "model (no experts)", w->file, ppath);
+        return moe_in ? write_dataset(w, parent, ppath, "mlp_in", 1, 3, di, moe_in) : QC_OK;
+    }
     if (ids) {
         char rpath[300];
         hid_t rg = H5I_INVALID_HID;

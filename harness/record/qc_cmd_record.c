@@ -83,10 +83,13 @@ static void record_usage(FILE *f) {
             "                                   OUT.resume/ (removed on success); a run killed at any\n"
             "                                   point continues from its last layer, same output\n"
             "Writes a golden (HDF5 schema v1): the prompt's logits at every position, per-layer\n"
-            "hidden states, the state after prefill, N greedy decode steps and the state after\n"
-            "them; for a MoE model the router's choices (prefill/router, decode/router: top-k ids\n"
-            "and weights, no margins) and moe_in, from the backend's trace hook. max_context_len defaults to prompt + decode when neither the flags nor the\n"
-            "profile set it.\n%s", qc_outpath_help);
+            "hidden states, each layer's mixer output (prefill/mlp_in, decode/mlp_in; moe_in for\n"
+            "a MoE model) when the backend traces it (the built-in backends; a runtime that\n"
+            "announces mlp_in), the state after prefill, N greedy decode steps and the state\n"
+            "after them; for a MoE model the router's choices (prefill/router, decode/router:\n"
+            "top-k ids and weights, no margins), from the backend's trace hook. max_context_len\n"
+            "defaults to prompt + decode when neither the flags nor the profile set it.\n%s",
+            qc_outpath_help);
 }
 
 /* ===================================================================================== */
@@ -395,7 +398,7 @@ static qc_status make_backend(const record_args *a, one_run *r, qc_err *err) {
     rq.n_logit_rows = r->n_tokens + a->n_decode;
     rq.nokv = qc_profile_mode(&r->prof) == QC_MODE_NOKV;
     rq.n_hidden_tokens = a->no_hidden ? 0 : r->n_tokens;
-    if (qc_cfg_is_moe(&r->model->cfg) && !a->no_hidden) /* moe_in [L, T + S, H] */
+    if (!a->no_hidden) /* moe_in (MoE) / mlp_in (dense) [L, T + S, H] */
         rq.n_hidden_tokens += r->n_tokens + a->n_decode;
     rq.n_state_copies = a->n_decode > 0 ? 2 : 1;
     if (r->streamed) {
@@ -431,7 +434,8 @@ static qc_status run_and_write(const record_args *a, one_run *r, qc_err *err) {
     in.n_decode = a->n_decode;
     in.forced = r->forced;
     in.capture_hidden = !a->no_hidden;
-    /* a MoE model: the router's choices too (prefill/router, decode/router, moe_in) */
+    /* each layer's mixer output too (dense: mlp_in, when the backend traces it), and a MoE
+     * model's router choices (prefill/router, decode/router, moe_in) */
     qc_status st;
     if (r->streamed) {
         qc_stream_case sc = {a->case_name, &r->prof, in, !a->no_hidden, &r->gc};

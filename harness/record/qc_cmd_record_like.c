@@ -156,7 +156,7 @@ static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
     rq.n_logit_rows = rows;
     rq.nokv = r->mode == QC_MODE_NOKV;
     rq.n_hidden_tokens = a->no_hidden ? 0 : hidden;
-    if (qc_cfg_is_moe(&r->model->cfg) && !a->no_hidden) /* moe_in [L, T + S, H] */
+    if (!a->no_hidden) /* moe_in (MoE) / mlp_in (dense) [L, T + S, H] */
         rq.n_hidden_tokens += rows;
     rq.n_state_copies = copies;
     if ((st = qc_memplan_enforce(&rq, a->max_memory, r->streamed ? "memory (layer-major)"

@@ -1,7 +1,9 @@
-/* qc_record_moe.h — `record` of a MoE model (issue 15): the case run with the router's choices
- * captured through the trace hook, so the output carries prefill/router/{topk_ids,
- * topk_weights} (and decode/router/..., prefill/moe_in, decode/moe_in) in the golden schema's
- * layout (golden/SCHEMA.md "MoE"). Internal to the `record` command; not installed.
+/* qc_record_moe.h — `record` of the block-level evidence: the case run with each layer's mixer
+ * output captured through the trace hook — a dense model's prefill/mlp_in, decode/mlp_in
+ * (golden/SCHEMA.md "Mixer outputs (dense)") — and for a MoE model the router's choices
+ * (issue 15): prefill/router/{topk_ids, topk_weights} (and decode/router/..., prefill/moe_in,
+ * decode/moe_in) in the golden schema's layout (golden/SCHEMA.md "MoE"). Internal to the
+ * `record` command; not installed.
  */
 #ifndef QC_RECORD_MOE_H
 #define QC_RECORD_MOE_H
@@ -13,7 +15,10 @@
 
 /* qc_run_case, and for a MoE model on a backend that traces (capability hidden) the router
  * datasets of every prompt and decode position into out (moe_in too when with_in): nothing is
- * added when the backend traces no "router_topk" rows. The hidden states are captured as
+ * added when the backend traces no "router_topk" rows. A dense model on a backend with
+ * capabilities hidden and mlp_in, with_in: every layer's "mlp_in" rows of every prompt and
+ * decode position into out->prefill_moe_in / decode_moe_in (the writer names them mlp_in); a
+ * row not traced, or of the wrong width, is QC_ERR_RUNTIME. The hidden states are captured as
  * qc_run_case would (in->capture_hidden). A malformed router trace (an id outside [0, E), an
  * expert chosen twice, a wrong width) is QC_ERR_RUNTIME naming the layer and position. On
  * error out holds nothing. */
