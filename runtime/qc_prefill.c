@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "qc_prefill_faults.h"
 #include "qc_text.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -225,7 +226,8 @@ struct qc_runner {
     int32_t *history;        /* [max_context_len] every token consumed (no-KV replays it) */
     float *scratch_logits;   /* [max_context_len, V] no-KV: logits of a whole recomputation */
     long n_calls;            /* backend forward calls so far */
-    qc_runner_faults faults;
+    qc_static_pos_fn static_pos; /* token i of a static chunk at pos: pos + i (a self-test
+                                    variant through qc_runner_set_option) */
     qc_call call;            /* the options of every forward call (qc_runner_set_call) */
     int broken;              /* 1 after a failed forward call: the state may hold part of a
                                 chunk, so prefill / decode refuse until qc_runner_reset */
@@ -257,6 +259,7 @@ qc_status qc_runner_create(qc_backend *be, const qc_profile *p, qc_state *st, qc
     if (!r) return qc_errf(err, QC_ERR_OOM, "runner: out of memory");
     r->be = be;
     r->call = qc_backend_call_defaults(&be->opts);
+    r->static_pos = qc_static_pos_advance;
     r->st = st;
     r->prof = *p;
     r->mode = mode;
@@ -279,7 +282,10 @@ void qc_runner_destroy(qc_runner *r) {
     free(r);
 }
 
-void qc_runner_set_faults(qc_runner *r, const qc_runner_faults *f) { r->faults = *f; }
+qc_status qc_runner_set_option(qc_runner *r, const char *key, const char *value, qc_err *err) {
+    if (!r) return qc_errf(err, QC_ERR_ARG, "runner option: no runner");
+    return qc_prefill_fault_option(key, value, &r->static_pos, err);
+}
 void qc_runner_set_call(qc_runner *r, const qc_call *call) {
     r->call = call ? *call : qc_backend_call_defaults(&r->be->opts);
 }
@@ -336,7 +342,7 @@ static qc_status run_chunk(qc_runner *r, const int32_t *toks, int n, int pos, fl
     switch (r->mode) {
     case QC_MODE_STATIC: /* one [1,1] call per token, position incremented */
         for (int i = 0; i < n && st == QC_OK; i++) {
-            int p = r->faults.static_no_advance ? pos : pos + i;
+            int p = r->static_pos(pos, i);
             float *dst = logits_all ? logits_all + (size_t)i * V : last;
             st = call(r, toks + i, 1, p, dst, 0, err);
             if (st == QC_OK && logits_all && i == n - 1) memcpy(last, dst, V * sizeof(float));

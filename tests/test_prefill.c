@@ -206,10 +206,20 @@ END_TEST
 
 START_TEST(fault_static_no_advance) {
     qc_runner *r = mk(QC_MODE_STATIC, 8, 32);
-    qc_runner_faults f = {.static_no_advance = 1};
-    qc_runner_set_faults(r, &f);
+    qc_err e = {0};
+    ck_assert_int_eq(qc_runner_set_option(r, "fault.static_no_advance", "1", &e), QC_OK);
     ck_assert_int_eq(qc_runner_prefill(r, prompt, 5, 0, NULL, NULL, NULL, NULL), QC_OK);
     for (int i = 0; i < 5; i++) ck_assert_int_eq(calls[i].pos, 0);
+    /* back to the correct step; unknown keys and values are refused, naming them */
+    ck_assert_int_eq(qc_runner_set_option(r, "fault.static_no_advance", "0", &e), QC_OK);
+    ck_assert_int_eq(qc_runner_reset(r, &e), QC_OK);
+    ncalls = 0;
+    ck_assert_int_eq(qc_runner_prefill(r, prompt, 5, 0, NULL, NULL, NULL, NULL), QC_OK);
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(calls[i].pos, i);
+    ck_assert_int_eq(qc_runner_set_option(r, "fault.nope", "1", &e), QC_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "'fault.nope' unknown"), "%s", e.msg);
+    ck_assert_int_eq(qc_runner_set_option(r, "fault.static_no_advance", "2", &e), QC_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "value '2' is not 0 or 1"), "%s", e.msg);
     qc_runner_destroy(r);
 }
 END_TEST

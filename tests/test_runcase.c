@@ -366,7 +366,7 @@ START_TEST(test_errors_and_hooks) {
     qc_case_input ok = {.tokens = t, .n_tokens = 8};
     qc_golden_case good, faulty;
     ck_assert_int_eq(qc_run_case(be_, &ps, "good", &ok, &good, &err), QC_OK);
-    ok.faults.static_no_advance = 1;
+    ok.static_no_advance = 1;
     ck_assert_int_eq(qc_run_case(be_, &ps, "faulty", &ok, &faulty, &err), QC_OK);
     ck_assert(maxdiff(good.prefill_logits, faulty.prefill_logits,
                       (size_t)8 * cfg()->vocab_size) > 1e-3);

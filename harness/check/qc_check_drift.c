@@ -221,9 +221,9 @@ static qc_status drift_run(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_
     if (!s) s = qc_state_create(cfg, p.max_context_len, &st, err);
     if (!s) s = qc_runner_create(be, &p, st, &r, err);
     if (!s) {
-        qc_runner_faults f = {.static_no_advance = c->o->faults.static_no_advance};
-        qc_runner_set_faults(r, &f);
-        s = qc_runner_reset(r, err);
+        if (c->o->faults.static_no_advance)
+            s = qc_runner_set_option(r, "fault.static_no_advance", "1", err);
+        if (!s) s = qc_runner_reset(r, err);
     }
     if (!s && gc->n_history > 0)
         s = qc_runner_prefill(r, gc->history, gc->n_history, 0, NULL, NULL, NULL, err);

@@ -48,7 +48,7 @@ static void case_input(const qc_golden_case *gc, const qc_check_opts *o, qc_case
     in->n_tokens = gc->n_tokens;
     in->n_decode = gc->n_decode;
     in->forced = gc->n_decode > 0 ? gc->decode_tokens : NULL;
-    in->faults.static_no_advance = o->faults.static_no_advance;
+    in->static_no_advance = o->faults.static_no_advance;
 }
 
 /* Run with an optional hidden capture. hc may be NULL. */

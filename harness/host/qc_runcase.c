@@ -152,7 +152,9 @@ static qc_status open_state(case_run *r, qc_err *err) {
     qc_status st;
     if ((st = qc_state_create(r->cfg, r->profile->max_context_len, &r->state, err))) return st;
     if ((st = qc_runner_create(r->be, r->profile, r->state, &r->runner, err))) return st;
-    qc_runner_set_faults(r->runner, &r->in->faults);
+    if (r->in->static_no_advance &&
+        (st = qc_runner_set_option(r->runner, "fault.static_no_advance", "1", err)))
+        return st;
     qc_runner_set_call(r->runner, r->in->call);
     /* A runtime with its own state carries the previous case's state: always start fresh. */
     if (r->in->garbage_state && (st = qc_backend_fill_state(r->be, r->state, NAN, err)))

@@ -25,7 +25,8 @@ typedef struct {
                                  call then traces into the case's capture, not call.trace) */
     const qc_call *call;      /* every forward's options (kernel, chunk size, trace); NULL: the
                                  backend's defaults */
-    qc_runner_faults faults;  /* test-only fault hooks (all 0 normally) */
+    int static_no_advance;    /* self-test (check --inject-fault): 1 sets the runner's option
+                                 fault.static_no_advance (qc_runner_set_option); 0 normally */
     int garbage_state;        /* 1: fill the state with NaN, then reset, before running */
     int topk;                 /* k > 0 and a QC_BE_CAP_TOPK_ONLY backend: top-k rows instead of
                                  logits (qc_run_case_topk; check --topk K, else

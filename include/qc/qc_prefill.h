@@ -54,11 +54,6 @@ qc_mode qc_profile_mode(const qc_profile *p);
 /* A profile that selects `mode` with the given lengths. */
 void qc_profile_for_mode(qc_profile *p, qc_mode mode, int max_seq_len, int max_context_len);
 
-/* Test-only fault hooks (used by the harness self-test): each is 0 in normal use. */
-typedef struct {
-    int static_no_advance; /* static prefill passes start_pos for every token (bug (e)) */
-} qc_runner_faults;
-
 typedef struct qc_runner qc_runner;
 
 /* The runner borrows be and st (both must outlive it); st must have capacity >=
@@ -67,7 +62,10 @@ typedef struct qc_runner qc_runner;
 qc_status qc_runner_create(qc_backend *be, const qc_profile *p, qc_state *st, qc_runner **out,
                            qc_err *err);
 void qc_runner_destroy(qc_runner *r);
-void qc_runner_set_faults(qc_runner *r, const qc_runner_faults *f);
+/* A named option of the runner: key = value, effective from the next call; QC_ERR_ARG naming an
+ * unknown key or value (err may be NULL). The keys are the harness self-test's variants
+ * (runtime/qc_prefill_faults.c): fault.static_no_advance = 0|1. */
+qc_status qc_runner_set_option(qc_runner *r, const char *key, const char *value, qc_err *err);
 /* The options of the runner's later forward calls (kernel, chunk size, trace: qc_backend.h's
  * qc_call; copied). NULL: the backend's defaults (what a new runner starts with). */
 void qc_runner_set_call(qc_runner *r, const qc_call *call);
