@@ -15,8 +15,8 @@
  *
  * Threads: one OpenMP region per forward pass; thread 0 runs the pass and posts each parallel
  * step as a job whose items the other threads help with (qc_opt_pool.c). Thread invariance:
- * see qc_opt_internal.h. Env (tests): QC_OPT_GEMM_MIN overrides gemm_min, QC_OPT_PAR_MIN the
- * smallest step worth sharing (0: share every step).
+ * see qc_opt_internal.h. Options (set_option, qc_opt_options.c): gemm_min, and par_min the
+ * smallest step worth sharing (0: share every step); both read per call.
  */
 #include <math.h>
 #include <omp.h>
@@ -736,12 +736,8 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     }
     o->m = m;
     opt_geometry(o, c, &op);
-    o->gemm_min = 8;
+    o->gemm_min = 8;      /* the defaults; set_option changes them between calls */
     o->par_min = 1 << 16;
-    const char *pm = getenv("QC_OPT_PAR_MIN");
-    if (pm && *pm) o->par_min = atof(pm);
-    const char *gm = getenv("QC_OPT_GEMM_MIN");
-    if (gm && *gm) o->gemm_min = atoi(gm) > 0 ? atoi(gm) : 1;
     snprintf(o->desc, sizeof o->desc, "optimized (%s, %d thread%s)", o->k->isa, o->nthreads,
              o->nthreads == 1 ? "" : "s");
 
@@ -778,6 +774,7 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     be->step_logits = opt_step_logits;
     be->destroy = opt_destroy;
     be->describe = opt_describe;
+    be->set_option = qc_opt_set_option;
     be->max_chunk_tokens = o->cmax; /* the call contract checks min(chunk_size, n) against it */
     *out = be;
     return QC_OK;

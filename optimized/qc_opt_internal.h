@@ -1,5 +1,6 @@
 /* qc_opt_internal.h — private structures of the optimized backend (shared by
- * qc_opt_backend.c, qc_opt_deltanet.c and qc_opt_moe.c; not part of the public API).
+ * qc_opt_backend.c, qc_opt_deltanet.c, qc_opt_moe.c and qc_opt_options.c; not part of the
+ * public API).
  *
  * Threading: every parallel step (a job of qc_opt_pool.c) splits work by output rows, tokens
  * or heads; each output element is computed entirely by one item, by whichever thread claims
@@ -102,9 +103,10 @@ typedef struct {
     const qc_model *m;
     const qc_opt_kernels *k; /* the chosen ISA's kernel table */
     int nthreads;            /* threads of every parallel region */
-    int gemm_min;            /* n >= gemm_min: packed GEMM, else matrix-vector */
+    int gemm_min;            /* n >= gemm_min: packed GEMM, else matrix-vector (read per
+                                call; option gemm_min, qc_opt_options.c) */
     double par_min;          /* a region runs threaded only with at least this much work
-                                (multiply-adds); env QC_OPT_PAR_MIN overrides (tests: 0) */
+                                (multiply-adds; read per call; option par_min, tests: 0) */
     int max_tokens;          /* largest n */
     int cmax;                /* DeltaNet chunk scratch capacity (tokens) */
     int kp_max;              /* largest padded GEMM input dim */
@@ -201,5 +203,11 @@ typedef struct {
 /* y = x @ W^T for every output of outs (same input x [n, K], row stride ldx). */
 void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_opt_lin *outs,
                    int nouts);
+
+/* ---- named options (qc_opt_options.c) ---- */
+
+/* The backend's set_option: gemm_min = integer >= 1, par_min = number >= 0, effective from the
+ * next call; QC_ERR_ARG naming an unknown key or a bad value. */
+qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, qc_err *err);
 
 #endif /* QC_OPT_INTERNAL_H */

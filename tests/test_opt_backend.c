@@ -2,7 +2,8 @@
  * models: static / dynamic / no-KV prefill + decode, F32 / BF16 / F16, nv = nk and nv = 2 nk,
  * dk != dv, odd sizes (SIMD tails), chunked (several chunk sizes) and recurrent DeltaNet, the
  * packed-GEMM and the matrix-vector projection paths, every ISA this CPU runs; bit-identical
- * results for 1, 2 and 3 threads; argument errors; the trace hook.
+ * results for 1, 2 and 3 threads; argument errors; the trace hook; the options gemm_min /
+ * par_min (refusals, effective from the next call).
  *
  * Tolerance: max |opt - ref| <= 1e-4 * max(|ref|) + 1e-6 per compared buffer (logits of every
  * position, k/v caches, conv and recurrent states). */
@@ -19,6 +20,7 @@
 #include "qc/qc_state.h"
 #include "qc_testmodel.h"
 #include "../harness/host/qc_registry.h"
+#include "../optimized/qc_opt_internal.h" /* the options' effect: qc_opt's xpack, pool_active */
 #include "../optimized/qc_opt_kernels.h"
 
 /* ===================================================================================== */
@@ -67,7 +69,21 @@ typedef struct {
     qc_dn_kernel dn;
     int chunk;
     int threads;
+    const char *const *opt_kv; /* NULL, or key, value, ..., NULL: set_option of the optimized
+                                  backend after its create (the reference gets none) */
 } run_cfg;
+
+/* The work thresholds of the optimized backend (qc_opt_options.c) the tests force: every step
+ * on the threads however tiny the model, or the packed GEMM for every projection (decode too). */
+static const char *const PAR0[] = {"par_min", "0", NULL};
+static const char *const GEMM1[] = {"gemm_min", "1", NULL};
+
+static void set_options(qc_backend *be, const char *const *kv) {
+    qc_err e = {0};
+    for (; kv && kv[0]; kv += 2)
+        ck_assert_msg(qc_backend_set_option(be, kv[0], kv[1], &e) == QC_OK, "set_option %s=%s: %s",
+                      kv[0], kv[1], e.msg);
+}
 
 typedef struct {
     float *logits;  /* [(n + S), V]: every prompt position, then each decode step */
@@ -90,6 +106,7 @@ static void run_seq(const qc_model *m, const run_cfg *rc, const int32_t *toks, i
     ck_assert_msg(qc_registry_parse(rc->backend, 0, &rs, &e) == QC_OK &&
                       qc_registry_create(&rs, NULL, m, &bo, &be, &e) == QC_OK,
                   "create: %s", e.msg);
+    if (!strcmp(rc->backend, "optimized")) set_options(be, rc->opt_kv);
     snprintf(out->desc, sizeof out->desc, "%s", be->describe(be));
     ck_assert_int_eq(qc_state_create(&m->cfg, ctx, &out->st, &e), QC_OK);
     qc_profile p;
@@ -205,7 +222,7 @@ START_TEST(matches_reference_all_modes) {
     const double tol = 1e-4;
     /* dynamic: 19 tokens in chunks of 11 (2nd call continues from a non-zero state),
      * DeltaNet chunks of 4 (several chunks + a tail) */
-    run_cfg rc = {NULL, QC_MODE_DYNAMIC, 11, QC_DN_CHUNKED, 4, 2};
+    run_cfg rc = {NULL, QC_MODE_DYNAMIC, 11, QC_DN_CHUNKED, 4, 2, NULL};
     snprintf(tag, sizeof tag, "%s geom %d dynamic chunk 4", qc_dtype_str(dt), geom);
     check_vs_ref(m, rc, 19, 3, tol, tag);
     /* dynamic, chunk 64 (> call length), and the recurrent kernel */
@@ -231,8 +248,8 @@ START_TEST(matches_reference_all_modes) {
 }
 END_TEST
 
-/* every ISA this CPU supports, forced through QC_ISA (and the GEMM path for n = 1 via
- * QC_OPT_GEMM_MIN=1) */
+/* every ISA this CPU supports, forced through QC_ISA (and the GEMM path for n = 1 via the
+ * option gemm_min = 1) */
 START_TEST(every_isa_matches_reference) {
     static const char *isas[3] = {"scalar", "avx2", "avx512"};
     qc_model *m = tiny_model(2, QC_BF16);
@@ -240,14 +257,12 @@ START_TEST(every_isa_matches_reference) {
         if (!qc_opt_kernels_by_name(isas[i])) continue;
         setenv("QC_ISA", isas[i], 1);
         for (int g = 0; g < 2; g++) {
-            if (g) setenv("QC_OPT_GEMM_MIN", "1", 1);
             char tag[128];
             snprintf(tag, sizeof tag, "ISA %s gemm_min %s", isas[i], g ? "1" : "default");
-            run_cfg rc = {NULL, QC_MODE_DYNAMIC, 40, QC_DN_CHUNKED, 16, 2};
+            run_cfg rc = {NULL, QC_MODE_DYNAMIC, 40, QC_DN_CHUNKED, 16, 2, g ? GEMM1 : NULL};
             check_vs_ref(m, rc, 37, 2, 1e-4, tag);
             rc.mode = QC_MODE_STATIC;
             check_vs_ref(m, rc, 5, 2, 1e-4, tag);
-            unsetenv("QC_OPT_GEMM_MIN");
         }
         /* describe() names the ISA */
         qc_backend *be = NULL;
@@ -272,13 +287,13 @@ START_TEST(bit_identical_for_1_2_3_threads) {
     const int V = m->cfg.vocab_size;
     const qc_mode modes[2] = {QC_MODE_DYNAMIC, QC_MODE_STATIC};
     /* tiny models run serially by default (too little work per region); force every region
-     * to use the threads */
-    setenv("QC_OPT_PAR_MIN", "0", 1);
+     * to use the threads (par_min 0) */
     for (int mi = 0; mi < 2; mi++)
         for (int dn = 0; dn < 2; dn++) {
             run_out r[3];
             for (int t = 0; t < 3; t++) {
-                run_cfg rc = {"optimized", modes[mi], 40, dn ? QC_DN_RECURRENT : QC_DN_CHUNKED, 8, t + 1};
+                run_cfg rc = {"optimized", modes[mi], 40, dn ? QC_DN_RECURRENT : QC_DN_CHUNKED, 8, t + 1,
+                              PAR0};
                 run_seq(m, &rc, toks, mi ? 12 : 40, 3, &r[t]);
             }
             const int n = (mi ? 12 : 40) + 3;
@@ -290,7 +305,6 @@ START_TEST(bit_identical_for_1_2_3_threads) {
             }
             for (int t = 0; t < 3; t++) run_free(&r[t]);
         }
-    unsetenv("QC_OPT_PAR_MIN");
     qc_model_free(m);
 }
 END_TEST
@@ -375,6 +389,104 @@ START_TEST(errors_and_trace) {
 }
 END_TEST
 
+/* the trace hook's view of the threads: was the pass running with helper threads? */
+typedef struct {
+    const qc_opt *o;
+    int threaded, calls;
+} par_rec;
+
+static void on_trace_par(void *user, int index, const char *name, int start_pos, int n_tokens,
+                         int dim, const float *data) {
+    par_rec *p = user;
+    (void)index, (void)name, (void)start_pos, (void)n_tokens, (void)dim, (void)data;
+    p->threaded += p->o->pool_active;
+    p->calls++;
+}
+
+/* one forward of n tokens at pos with the trace above: 1 if every trace call ran threaded, 0 if
+ * none did (anything else fails) */
+static int forward_threaded(qc_backend *be, const int32_t *toks, int n, int pos, qc_state *st) {
+    par_rec pr = {be->impl, 0, 0};
+    qc_call call;
+    qc_call_default(&call);
+    call.trace = on_trace_par;
+    call.trace_user = &pr;
+    qc_err e = {0};
+    ck_assert_msg(qc_backend_forward_call(be, &call, toks, n, pos, st, NULL, 0, &e) == QC_OK, "%s", e.msg);
+    ck_assert_int_gt(pr.calls, 0);
+    ck_assert_msg(pr.threaded == 0 || pr.threaded == pr.calls, "%d of %d trace calls threaded",
+                  pr.threaded, pr.calls);
+    return pr.threaded > 0;
+}
+
+/* 1 if some float of the packed-token strips (written only by the GEMM path) is non-zero */
+static int xpack_used(const qc_opt *o) {
+    const size_t NR = (size_t)o->k->gemm_nr;
+    const size_t count = ((size_t)o->max_tokens + NR - 1) / NR * (size_t)o->kp_max * NR;
+    for (size_t i = 0; i < count; i++)
+        if (o->xpack[i] != 0.0f) return 1;
+    return 0;
+}
+
+/* set_option: unknown keys and bad values refused with a message naming them (the thresholds
+ * unchanged); gemm_min and par_min take effect from the next call */
+START_TEST(options_gemm_min_par_min) {
+    qc_model *m = tiny_model(0, QC_F32);
+    qc_backend_opts bo;
+    qc_backend_opts_default(&bo);
+    bo.max_tokens = 8;
+    bo.n_threads = 2;
+    qc_backend *be = NULL;
+    qc_err e = {0};
+    ck_assert_int_eq(qc_optimized_create(m, &bo, &be, &e), QC_OK);
+    const qc_opt *o = be->impl;
+    ck_assert_int_eq(o->gemm_min, 8);
+    ck_assert(o->par_min == 65536.0);
+    ck_assert_int_eq(qc_backend_set_option(be, "gemm_minimum", "1", &e), QC_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "unknown option 'gemm_minimum'") && strstr(e.msg, "gemm_min, par_min"),
+                  "%s", e.msg);
+    ck_assert_int_eq(qc_backend_set_option(be, "fault.moe", "none", &e), QC_ERR_ARG);
+    static const char *const bad_gemm[] = {"0", "-2", "", "1x", " 4x", "2.5", "99999999999"};
+    for (int i = 0; i < 7; i++) {
+        ck_assert_int_eq(qc_backend_set_option(be, "gemm_min", bad_gemm[i], &e), QC_ERR_ARG);
+        char want[96];
+        snprintf(want, sizeof want, "option gemm_min: '%s' is not an integer >= 1", bad_gemm[i]);
+        ck_assert_msg(strstr(e.msg, want), "'%s': %s", bad_gemm[i], e.msg);
+    }
+    static const char *const bad_par[] = {"-1", "", "x", "nan", "inf", "1e400", "3 "};
+    for (int i = 0; i < 7; i++) {
+        ck_assert_int_eq(qc_backend_set_option(be, "par_min", bad_par[i], &e), QC_ERR_ARG);
+        char want[96];
+        snprintf(want, sizeof want, "option par_min: '%s' is not a finite number >= 0", bad_par[i]);
+        ck_assert_msg(strstr(e.msg, want), "'%s': %s", bad_par[i], e.msg);
+    }
+    ck_assert_int_eq(o->gemm_min, 8);
+    ck_assert(o->par_min == 65536.0);
+
+    qc_state *st = NULL;
+    ck_assert_int_eq(qc_state_create(&m->cfg, 16, &st, &e), QC_OK);
+    const int32_t toks[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+    /* gemm_min: a one-token call packs tokens only once gemm_min is 1 */
+    ck_assert(forward_threaded(be, toks, 1, 0, st) == 0);
+    ck_assert_msg(!xpack_used(o), "a one-token call packed tokens with gemm_min 8");
+    ck_assert_int_eq(qc_backend_set_option(be, "gemm_min", "1", &e), QC_OK);
+    ck_assert_int_eq(o->gemm_min, 1);
+    forward_threaded(be, toks + 1, 1, 1, st);
+    ck_assert_msg(xpack_used(o), "a one-token call did not pack tokens with gemm_min 1");
+    /* par_min: 5 tokens of this model (5 * 32 * 48 multiply-adds) run serially by default, on
+     * the threads with 0, serially again with 1e6 */
+    ck_assert(forward_threaded(be, toks, 5, 2, st) == 0);
+    ck_assert_int_eq(qc_backend_set_option(be, "par_min", "0", &e), QC_OK);
+    ck_assert(forward_threaded(be, toks, 5, 7, st) == 1);
+    ck_assert_int_eq(qc_backend_set_option(be, "par_min", "1e6", &e), QC_OK);
+    ck_assert(o->par_min == 1e6);
+    ck_assert(forward_threaded(be, toks, 1, 12, st) == 0);
+    qc_state_destroy(st);
+    qc_backend_destroy(be);
+    qc_model_free(m);
+}
+END_TEST
+
 /* last-position logits of a dynamic call equal the last row of all_logits (same path) and
  * logits of the optimized backend match the reference for the real-size lm_head shapes of a
  * wider tiny model (lm_head rows not a multiple of the row block) */
@@ -417,7 +529,7 @@ START_TEST(long_context_matches_reference) {
     qc_model *m = NULL;
     qc_err e = {0};
     ck_assert_msg(qc_model_synthetic(&c, QC_F32, 11, &m, &e) == QC_OK, "synthetic: %s", e.msg);
-    run_cfg rc = {NULL, QC_MODE_DYNAMIC, 300, QC_DN_CHUNKED, 64, 2};
+    run_cfg rc = {NULL, QC_MODE_DYNAMIC, 300, QC_DN_CHUNKED, 64, 2, NULL};
     check_vs_ref(m, rc, 300, 4, 1e-4, "F32 geom 0 eps 1e-5 dynamic 300 tokens");
     rc.mode = QC_MODE_STATIC;
     check_vs_ref(m, rc, 160, 2, 1e-4, "F32 geom 0 eps 1e-5 static 160 tokens");
@@ -439,6 +551,7 @@ Suite *opt_backend_suite(void) {
     suite_add_tcase(s, tt);
     TCase *ti = tcase_create("interface");
     tcase_add_test(ti, errors_and_trace);
+    tcase_add_test(ti, options_gemm_min_par_min);
     tcase_add_test(ti, last_logits_equal_last_row);
     suite_add_tcase(s, ti);
     return s;

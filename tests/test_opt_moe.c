@@ -130,8 +130,15 @@ typedef struct {
     char desc[160];
 } run_out;
 
+/* The work thresholds of the optimized backend (qc_opt_options.c) the tests force: every step
+ * on the threads however tiny the model, or every expert on the packed-GEMM path. */
+static const char *const PAR0[] = {"par_min", "0", NULL};
+static const char *const GEMM1[] = {"gemm_min", "1", NULL};
+
+/* kv: NULL, or key, value, ..., NULL set on the optimized backend after its create (the
+ * reference backend gets none) */
 static qc_backend *make_backend(const qc_model *m, int ref, int threads, int max_tokens,
-                                traces *tr) {
+                                traces *tr, const char *const *kv) {
     qc_backend_opts bo;
     qc_backend_opts_default(&bo);
     bo.n_threads = threads;
@@ -143,14 +150,17 @@ static qc_backend *make_backend(const qc_model *m, int ref, int threads, int max
     qc_err e = {0};
     qc_status s = ref ? qc_reference_create(m, &bo, &be, &e) : qc_optimized_create(m, &bo, &be, &e);
     ck_assert_msg(s == QC_OK, "create: %s", e.msg);
+    for (; !ref && kv && kv[0]; kv += 2)
+        ck_assert_msg(qc_backend_set_option(be, kv[0], kv[1], &e) == QC_OK, "set_option %s=%s: %s",
+                      kv[0], kv[1], e.msg);
     return be;
 }
 
-static void run_seq(const qc_model *m, int ref, int threads, const int32_t *toks, int n, int S,
-                    run_out *out) {
+static void run_seq(const qc_model *m, int ref, int threads, const char *const *kv,
+                    const int32_t *toks, int n, int S, run_out *out) {
     const int V = m->cfg.vocab_size, ctx = n + S;
     tr_init(&out->tr, &m->cfg, ctx);
-    qc_backend *be = make_backend(m, ref, threads, n, &out->tr);
+    qc_backend *be = make_backend(m, ref, threads, n, &out->tr, kv);
     snprintf(out->desc, sizeof out->desc, "%s", be->describe(be));
     qc_err e = {0};
     ck_assert_int_eq(qc_state_create(&m->cfg, ctx, &out->st, &e), QC_OK);
@@ -226,13 +236,13 @@ static void compare_routers(const traces *a, const traces *b, int npos, const ch
 /* Optimized vs reference                                                                 */
 /* ===================================================================================== */
 
-static void check_vs_ref(const qc_model *m, int n, int S, const char *tag0) {
+static void check_vs_ref(const qc_model *m, const char *const *kv, int n, int S, const char *tag0) {
     int32_t toks[256];
     ck_assert_int_le(n + S, 256);
     make_tokens(toks, n + S, m->cfg.vocab_size, (unsigned)(n * 31 + S));
     run_out ro, oo;
-    run_seq(m, 1, 0, toks, n, S, &ro);
-    run_seq(m, 0, 2, toks, n, S, &oo);
+    run_seq(m, 1, 0, NULL, toks, n, S, &ro);
+    run_seq(m, 0, 2, kv, toks, n, S, &oo);
     const qc_config *c = &m->cfg;
     const int ctx = n + S;
     char tag[256], what[320];
@@ -257,15 +267,13 @@ static const qc_dtype dtypes[3] = {QC_F32, QC_BF16, QC_F16};
 START_TEST(matches_reference) {
     const qc_dtype dt = dtypes[_i % 3];
     const int geom = (_i / 3) % 2, gemm1 = _i / 6;
-    if (gemm1) setenv("QC_OPT_GEMM_MIN", "1", 1);
     qc_model *m = moe_model(geom, dt);
     char tag[128];
     snprintf(tag, sizeof tag, "%s geom %d (nv %s nk)%s", qc_dtype_str(dt), geom,
              geom ? "=" : "= 2", gemm1 ? " gemm_min 1" : "");
     static const int ns[4] = {1, 7, 64, 130};
-    for (int i = 0; i < 4; i++) check_vs_ref(m, ns[i], 3, tag);
+    for (int i = 0; i < 4; i++) check_vs_ref(m, gemm1 ? GEMM1 : NULL, ns[i], 3, tag);
     qc_model_free(m);
-    unsetenv("QC_OPT_GEMM_MIN");
 }
 END_TEST
 
@@ -279,8 +287,8 @@ START_TEST(every_isa_matches_reference) {
         setenv("QC_ISA", isas[i], 1);
         char tag[64];
         snprintf(tag, sizeof tag, "ISA %s", isas[i]);
-        check_vs_ref(m, 5, 2, tag);
-        check_vs_ref(m, 70, 2, tag);
+        check_vs_ref(m, NULL, 5, 2, tag);
+        check_vs_ref(m, NULL, 70, 2, tag);
         unsetenv("QC_ISA");
         ran++;
     }
@@ -360,7 +368,7 @@ START_TEST(matches_float64_block) {
     int32_t toks[64];
     make_tokens(toks, n + S, c->vocab_size, 5);
     run_out oo;
-    run_seq(m, 0, 2, toks, n, S, &oo);
+    run_seq(m, 0, 2, NULL, toks, n, S, &oo);
     double out[64], w[16];
     int ids[16];
     for (int l = 0; l + 1 < c->n_layers; l++)
@@ -399,12 +407,12 @@ START_TEST(bit_identical_for_1_2_3_threads) {
     const int V = c->vocab_size;
     int32_t toks[160];
     make_tokens(toks, 140, V, 77);
-    setenv("QC_OPT_PAR_MIN", "0", 1); /* every region on the threads, even for tiny sizes */
+    /* par_min 0: every region on the threads, even for tiny sizes */
     static const int ns[3] = {1, 7, 130};
     for (int ni = 0; ni < 3; ni++) {
         const int n = ns[ni], S = 3;
         run_out r[3];
-        for (int t = 0; t < 3; t++) run_seq(m, 0, t + 1, toks, n, S, &r[t]);
+        for (int t = 0; t < 3; t++) run_seq(m, 0, t + 1, PAR0, toks, n, S, &r[t]);
         for (int t = 1; t < 3; t++) {
             ck_assert_msg(!memcmp(r[0].logits, r[t].logits, (size_t)(n + S) * V * sizeof(float)),
                           "prefill %d: logits differ between 1 and %d threads", n, t + 1);
@@ -419,7 +427,6 @@ START_TEST(bit_identical_for_1_2_3_threads) {
         }
         for (int t = 0; t < 3; t++) run_free(&r[t]);
     }
-    unsetenv("QC_OPT_PAR_MIN");
     qc_model_free(m);
 }
 END_TEST
@@ -464,7 +471,7 @@ START_TEST(reads_only_chosen_experts) {
     const int last = _i % 2 ? 3 : 1, n = 9; /* prefill n, then one call of `last` tokens */
     const int V = 64;
     int32_t toks[16];
-    if (_i / 2) setenv("QC_OPT_GEMM_MIN", "1", 1); /* the GEMM expert path too */
+    const char *const *kv = _i / 2 ? GEMM1 : NULL; /* the GEMM expert path too */
     qc_model *m = moe_model(0, QC_BF16);
     ck_assert_int_eq(m->cfg.vocab_size, V);
     make_tokens(toks, n + last, V, 3);
@@ -472,7 +479,7 @@ START_TEST(reads_only_chosen_experts) {
     traces tr[2];
     for (int pass = 0; pass < 2; pass++) {
         tr_init(&tr[pass], &m->cfg, n + last);
-        qc_backend *be = make_backend(m, 0, 2, n, &tr[pass]);
+        qc_backend *be = make_backend(m, 0, 2, n, &tr[pass], kv);
         qc_state *st = NULL;
         qc_err e = {0};
         ck_assert_int_eq(qc_state_create(&m->cfg, n + last, &st, &e), QC_OK);
@@ -502,7 +509,6 @@ START_TEST(reads_only_chosen_experts) {
         tr_free(&tr[p]);
     }
     qc_model_free(m);
-    unsetenv("QC_OPT_GEMM_MIN");
 }
 END_TEST
 

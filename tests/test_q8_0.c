@@ -265,7 +265,8 @@ static qc_model *dequant_copy(const qc_model *m, float **bufs, int *nb) {
     return c;
 }
 
-/* logits [(n + S), V] of a prefill of n tokens then S decode steps */
+/* logits [(n + S), V] of a prefill of n tokens then S decode steps; the optimized backend with
+ * par_min 0 (qc_opt_options.c: every step on the threads, however tiny the model) */
 static float *run(const qc_model *m, int opt, int threads, const int32_t *toks, int n, int S) {
     const int V = m->cfg.vocab_size;
     qc_backend_opts bo;
@@ -276,6 +277,7 @@ static float *run(const qc_model *m, int opt, int threads, const int32_t *toks, 
     qc_err e = {0};
     qc_status s = opt ? qc_optimized_create(m, &bo, &be, &e) : qc_reference_create(m, &bo, &be, &e);
     ck_assert_msg(s == QC_OK, "create: %s", e.msg);
+    if (opt) ck_assert_msg(qc_backend_set_option(be, "par_min", "0", &e) == QC_OK, "%s", e.msg);
     qc_state *st = NULL;
     ck_assert_int_eq(qc_state_create(&m->cfg, n + S, &st, &e), QC_OK);
     ck_assert_int_eq(qc_backend_reset(be, st, &e), QC_OK);
@@ -319,11 +321,9 @@ START_TEST(backends_on_q8_0) {
     const size_t cnt = (size_t)(n + S) * V;
     float *rq = run(m, 0, 1, toks, n, S), *rf = run(f, 0, 1, toks, n, S);
     ck_assert_msg(!memcmp(rq, rf, cnt * 4), "reference: Q8_0 != F32 dequantized");
-    setenv("QC_OPT_PAR_MIN", "0", 1);
     float *o[3];
     for (int t = 0; t < 3; t++) o[t] = run(m, 1, t + 1, toks, n, S);
     float *of = run(f, 1, 1, toks, n, S);
-    unsetenv("QC_OPT_PAR_MIN");
     ck_assert_msg(!memcmp(o[0], of, cnt * 4), "optimized: Q8_0 != F32 dequantized");
     for (int t = 1; t < 3; t++)
         ck_assert_msg(!memcmp(o[0], o[t], cnt * 4), "optimized: 1 vs %d threads differ", t + 1);

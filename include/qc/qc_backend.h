@@ -181,7 +181,8 @@ struct qc_backend {
     /* ---- optional: named options of this backend (NULL: none); call qc_backend_set_option ----
      * key = value, effective from the next call; QC_ERR_ARG naming an unknown key or value. The
      * reference backend's keys are the self-test's variants (reference/qc_ref_faults.c:
-     * fault.unguarded_exp, fault.moe); the optimized backend has none. */
+     * fault.unguarded_exp, fault.moe); the optimized backend's are its work thresholds
+     * (optimized/qc_opt_options.c: gemm_min, par_min). */
     qc_status (*set_option)(qc_backend *be, const char *key, const char *value, qc_err *err);
 };
 
