@@ -4,7 +4,8 @@
  * message naming the dataset), then prints: every root attribute, a summary of the config,
  * whether the model directory exists and its SHA-256 hashes match the recorded ones (computed
  * here from the files, independently of the loader), and per case its positions, lengths,
- * minimum decode margin and which groups are present. Exit 0 when every file is readable.
+ * minimum decode margin and which groups are present (the router and moe_in datasets of a MoE
+ * golden, mlp_in of a dense one among them). Exit 0 when every file is readable.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -156,7 +157,8 @@ static void print_config(const qc_config *c) {
            c->nested ? "nested text_config" : "flat");
 }
 
-static void print_case(const qc_golden_case *c) {
+/* moe: the golden's model is a MoE model (its mixer outputs are named moe_in, else mlp_in) */
+static void print_case(const qc_golden_case *c, int moe) {
     char mseq[16], margin[32], groups[256];
     if (c->max_seq_len > 0)
         snprintf(mseq, sizeof mseq, "%d", c->max_seq_len);
@@ -178,9 +180,13 @@ static void print_case(const qc_golden_case *c) {
     ADD(1, "prefill/logits");
     ADD(c->prefill_hidden, "prefill/hidden");
     ADD(c->prefill_state.present, "prefill/state");
+    ADD(c->prefill_topk_ids, "prefill/router");
+    ADD(c->prefill_moe_in, moe ? "prefill/moe_in" : "prefill/mlp_in");
     ADD(c->n_decode > 0, "decode/logits");
     ADD(c->decode_margins, "decode/margins");
     ADD(c->decode_state.present, "decode/state");
+    ADD(c->decode_topk_ids, "decode/router");
+    ADD(c->decode_moe_in, moe ? "decode/moe_in" : "decode/mlp_in");
 #undef ADD
     printf("  %-12s %9d %7d %5d %5d %11s %10s  %s\n", c->name, c->start_pos, c->n_history,
            c->n_tokens, c->n_decode, mseq, margin, groups);
@@ -204,7 +210,7 @@ static void print_golden(const qc_golden *g) {
     if (g->n_cases > 0)
         printf("  %-12s %9s %7s %5s %5s %11s %10s  %s\n", "name", "start_pos", "history", "T",
                "S", "max_seq_len", "min_margin", "groups");
-    for (int i = 0; i < g->n_cases; i++) print_case(&g->cases[i]);
+    for (int i = 0; i < g->n_cases; i++) print_case(&g->cases[i], qc_cfg_is_moe(&g->cfg));
 }
 
 /* ===================================================================================== */
