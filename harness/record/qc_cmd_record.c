@@ -306,8 +306,47 @@ static qc_status plan_context(const record_args *a, one_run *r, qc_err *err) {
     return QC_OK;
 }
 
+/* The memory request of this case, filled here only, for the streaming decision (m NULL:
+ * before loading) and for the backend's create (m the loaded model), so the two cannot count
+ * different things: the config, the backend options create uses (*o: threads, chunk size,
+ * max_tokens), the built-in backend's own report, the weights (m NULL: the checkpoint's files,
+ * what loading reads; else the loaded bytes, or a streamed model's resident layer + head
+ * block), what the run keeps (logit rows, the no-KV recomputation, prefill/hidden + the mixer
+ * outputs moe_in / mlp_in [L, T + S, H], state copies) and, layer-major, its activations and
+ * live states. */
+static qc_status case_request(const record_args *a, const one_run *r, const qc_model *m,
+                              int streamed, qc_memplan_req *rq, qc_backend_opts *o,
+                              qc_err *err) {
+    const int max_tokens = qc_record_max_tokens(&r->prof);
+    qc_record_backend_opts(a, max_tokens, o);
+    qc_memplan_req_init(rq, m ? &m->cfg : &r->cfg, m ? m->embed.dtype : QC_BF16,
+                        r->prof.max_context_len, max_tokens);
+    qc_memplan_req_set_opts(rq, o); /* the threads and chunk size create will use */
+    qc_status st;
+    if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, rq, err)))
+        return st;
+    rq->weight_bytes = !m        ? qc_record_checkpoint_bytes(a->model)
+                       : streamed ? qc_record_stream_weight_bytes(m)
+                                  : qc_model_weight_bytes(m);
+    rq->n_logit_rows = r->n_tokens + a->n_decode;
+    rq->nokv = qc_profile_mode(&r->prof) == QC_MODE_NOKV;
+    rq->n_hidden_tokens = a->no_hidden ? 0 : r->n_tokens;
+    if (!a->no_hidden) /* moe_in (MoE) / mlp_in (dense) [L, T + S, H] */
+        rq->n_hidden_tokens += r->n_tokens + a->n_decode;
+    rq->n_state_copies = a->n_decode > 0 ? 2 : 1;
+    if (m && streamed) {
+        qc_stream_case sc;
+        memset(&sc, 0, sizeof sc);
+        sc.profile = &r->prof;
+        sc.in.n_history = r->n_history, sc.in.n_tokens = r->n_tokens;
+        sc.in.n_decode = a->n_decode, sc.in.capture_hidden = !a->no_hidden;
+        rq->extra_bytes = qc_record_stream_extra_bytes(&m->cfg, &sc, 1, NULL);
+    }
+    return QC_OK;
+}
+
 /* In memory, or a layer at a time: --stream, or by itself when the checkpoint's files (what
- * loading reads) with the rest of the in-memory plan exceed the budget. */
+ * loading reads) with the rest of the in-memory plan (case_request) exceed the budget. */
 static qc_status choose_streaming(const record_args *a, one_run *r, qc_err *err) {
     r->streamed = a->stream;
     if (r->streamed || !qc_registry_is_builtin(a->backend)) return QC_OK;
@@ -316,16 +355,8 @@ static qc_status choose_streaming(const record_args *a, one_run *r, qc_err *err)
     if (lst) return lst;
     qc_memplan_req rq;
     qc_backend_opts o;
-    int max_tokens = qc_record_max_tokens(&r->prof);
-    qc_record_backend_opts(a, max_tokens, &o);
-    qc_memplan_req_init(&rq, &r->cfg, QC_BF16, r->prof.max_context_len, max_tokens);
-    qc_memplan_req_set_opts(&rq, &o);
-    qc_status st = qc_registry_memplan(a->backend, &rq, err);
+    qc_status st = case_request(a, r, NULL, 0, &rq, &o, err);
     if (st) return st;
-    rq.weight_bytes = qc_record_checkpoint_bytes(a->model);
-    rq.n_logit_rows = r->n_tokens + a->n_decode;
-    rq.n_hidden_tokens = a->no_hidden ? 0 : r->n_tokens;
-    rq.n_state_copies = a->n_decode > 0 ? 2 : 1;
     qc_err e2;
     qc_err_clear(&e2);
     qc_memplan plan;
@@ -384,31 +415,9 @@ static qc_status load_model(const record_args *a, one_run *r, qc_err *err) {
  * create the backend. */
 static qc_status make_backend(const record_args *a, one_run *r, qc_err *err) {
     qc_backend_opts o;
-    int max_tokens = qc_record_max_tokens(&r->prof);
-    qc_record_backend_opts(a, max_tokens, &o);
     qc_memplan_req rq;
-    qc_memplan_req_init(&rq, &r->model->cfg, r->model->embed.dtype, r->prof.max_context_len,
-                        max_tokens);
-    qc_memplan_req_set_opts(&rq, &o); /* the threads and chunk size create will use */
-    qc_status st;
-    if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, &rq, err)))
-        return st;
-    rq.weight_bytes = r->streamed ? qc_record_stream_weight_bytes(r->model)
-                                  : qc_model_weight_bytes(r->model);
-    rq.n_logit_rows = r->n_tokens + a->n_decode;
-    rq.nokv = qc_profile_mode(&r->prof) == QC_MODE_NOKV;
-    rq.n_hidden_tokens = a->no_hidden ? 0 : r->n_tokens;
-    if (!a->no_hidden) /* moe_in (MoE) / mlp_in (dense) [L, T + S, H] */
-        rq.n_hidden_tokens += r->n_tokens + a->n_decode;
-    rq.n_state_copies = a->n_decode > 0 ? 2 : 1;
-    if (r->streamed) {
-        qc_stream_case sc;
-        memset(&sc, 0, sizeof sc);
-        sc.profile = &r->prof;
-        sc.in.n_history = r->n_history, sc.in.n_tokens = r->n_tokens;
-        sc.in.n_decode = a->n_decode, sc.in.capture_hidden = !a->no_hidden;
-        rq.extra_bytes = qc_record_stream_extra_bytes(&r->model->cfg, &sc, 1, NULL);
-    }
+    qc_status st = case_request(a, r, r->model, r->streamed, &rq, &o, err);
+    if (st) return st;
     if ((st = qc_memplan_enforce(&rq, a->max_memory, r->streamed ? "memory (layer-major)" : "memory",
                                  &r->plan, err)))
         return st;

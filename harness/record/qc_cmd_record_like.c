@@ -78,28 +78,6 @@ static qc_status like_verify(const record_args *a, qc_err *err) {
     return qc_outpath_verify(err);
 }
 
-/* Does the in-memory record fit the budget (the checkpoint's files, the golden's lengths)? */
-static int like_fits_in_memory(const record_args *a, const like_run *r, qc_err *err) {
-    (void)err;
-    const qc_golden *g = r->g;
-    int maxctx = 1;
-    long rows = 0;
-    for (int i = 0; i < g->n_cases; i++) {
-        qc_profile p;
-        case_profile(&g->cases[i], QC_MODE_NOKV, &p);
-        if (p.max_context_len > maxctx) maxctx = p.max_context_len;
-        rows += g->cases[i].n_tokens + g->cases[i].n_decode;
-    }
-    qc_memplan_req rq;
-    qc_memplan_req_init(&rq, &g->cfg, QC_BF16, maxctx, maxctx);
-    qc_err e2;
-    qc_err_clear(&e2);
-    if (qc_registry_memplan(a->backend, &rq, &e2)) return 1; /* let the real plan say it */
-    rq.weight_bytes = qc_record_checkpoint_bytes(r->model_dir);
-    rq.n_logit_rows = rows;
-    return qc_memplan_enforce(&rq, a->max_memory, "memory", NULL, &e2) == QC_OK;
-}
-
 /* What a layer-major run of every case keeps besides the layer (qc_record_stream.h). */
 static uint64_t like_stream_extra(const record_args *a, const like_run *r) {
     uint64_t total = 0;
@@ -117,23 +95,18 @@ static uint64_t like_stream_extra(const record_args *a, const like_run *r) {
     return total;
 }
 
-/* Open the golden, load the model, plan the memory, create the backend. */
-static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
-    qc_status st = qc_golden_open_lazy(a->like, &r->g, err);
-    if (st) return st;
+/* The memory request of every case, filled here only, for the streaming decision (m NULL:
+ * before loading, the golden's config) and for the backend's create (m the loaded model), so
+ * the two cannot count different things: the backend options create uses (*o: threads, chunk
+ * size, max_tokens = the largest context), the built-in backend's own report, the weights (m
+ * NULL: the checkpoint's files, what loading reads; else the loaded bytes, or a streamed
+ * model's resident layer + head block), what the run keeps (every case's logit rows, the no-KV
+ * recomputation, prefill/hidden + the mixer outputs moe_in / mlp_in [L, T + S, H], state
+ * copies) and, layer-major, the activations and live states of every case. */
+static qc_status like_request(const record_args *a, const like_run *r, const qc_model *m,
+                              int streamed, qc_memplan_req *rq, qc_backend_opts *o,
+                              qc_err *err) {
     const qc_golden *g = r->g;
-    r->model_dir = a->model ? a->model : g->model_dir;
-    uint64_t limit;
-    if ((st = qc_memplan_limit(a->max_memory, &limit, err))) return st; /* a bad size: now */
-    r->streamed = a->stream || (qc_registry_is_builtin(a->backend) &&
-                                !like_fits_in_memory(a, r, err));
-    if ((st = (r->streamed ? qc_model_load_streamed : qc_model_load)(r->model_dir, &r->model, err))) {
-        if (!a->model) qc_err_prefix(err, st, "%s: model_path '%s'", g->path, g->model_path);
-        return st;
-    }
-    if (r->model->cfg.vocab_size != g->cfg.vocab_size)
-        return qc_errf(err, QC_ERR_ARG, "--model %s: vocab_size %d != the golden's %d (%s)",
-                       r->model_dir, r->model->cfg.vocab_size, g->cfg.vocab_size, g->path);
     int maxctx = 1;
     long rows = 0, hidden = 0, copies = 0;
     for (int i = 0; i < g->n_cases; i++) {
@@ -144,21 +117,56 @@ static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
         hidden += g->cases[i].n_tokens;
         copies += g->cases[i].n_decode > 0 ? 2 : 1;
     }
-    qc_backend_opts o;
-    qc_record_backend_opts(a, maxctx, &o);
-    qc_memplan_req rq;
-    qc_memplan_req_init(&rq, &r->model->cfg, r->model->embed.dtype, maxctx, maxctx);
-    if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, &rq, err)))
+    qc_record_backend_opts(a, maxctx, o);
+    qc_memplan_req_init(rq, m ? &m->cfg : &g->cfg, m ? m->embed.dtype : QC_BF16, maxctx, maxctx);
+    qc_memplan_req_set_opts(rq, o); /* the threads and chunk size create will use */
+    qc_status st;
+    if (qc_registry_is_builtin(a->backend) && (st = qc_registry_memplan(a->backend, rq, err)))
         return st;
-    rq.weight_bytes = r->streamed ? qc_record_stream_weight_bytes(r->model)
-                                  : qc_model_weight_bytes(r->model);
-    if (r->streamed) rq.extra_bytes = like_stream_extra(a, r);
-    rq.n_logit_rows = rows;
-    rq.nokv = r->mode == QC_MODE_NOKV;
-    rq.n_hidden_tokens = a->no_hidden ? 0 : hidden;
+    rq->weight_bytes = !m        ? qc_record_checkpoint_bytes(r->model_dir)
+                       : streamed ? qc_record_stream_weight_bytes(m)
+                                  : qc_model_weight_bytes(m);
+    if (m && streamed) rq->extra_bytes = like_stream_extra(a, r);
+    rq->n_logit_rows = rows;
+    rq->nokv = r->mode == QC_MODE_NOKV;
+    rq->n_hidden_tokens = a->no_hidden ? 0 : hidden;
     if (!a->no_hidden) /* moe_in (MoE) / mlp_in (dense) [L, T + S, H] */
-        rq.n_hidden_tokens += rows;
-    rq.n_state_copies = copies;
+        rq->n_hidden_tokens += rows;
+    rq->n_state_copies = copies;
+    return QC_OK;
+}
+
+/* Does the in-memory record fit the budget (like_request before loading)? A backend whose
+ * report fails: yes here, the real plan (like_setup) says why. */
+static int like_fits_in_memory(const record_args *a, const like_run *r) {
+    qc_memplan_req rq;
+    qc_backend_opts o;
+    qc_err e2;
+    qc_err_clear(&e2);
+    if (like_request(a, r, NULL, 0, &rq, &o, &e2)) return 1;
+    return qc_memplan_enforce(&rq, a->max_memory, "memory", NULL, &e2) == QC_OK;
+}
+
+/* Open the golden, load the model, plan the memory, create the backend. */
+static qc_status like_setup(const record_args *a, like_run *r, qc_err *err) {
+    qc_status st = qc_golden_open_lazy(a->like, &r->g, err);
+    if (st) return st;
+    const qc_golden *g = r->g;
+    r->model_dir = a->model ? a->model : g->model_dir;
+    uint64_t limit;
+    if ((st = qc_memplan_limit(a->max_memory, &limit, err))) return st; /* a bad size: now */
+    r->streamed = a->stream || (qc_registry_is_builtin(a->backend) &&
+                                !like_fits_in_memory(a, r));
+    if ((st = (r->streamed ? qc_model_load_streamed : qc_model_load)(r->model_dir, &r->model, err))) {
+        if (!a->model) qc_err_prefix(err, st, "%s: model_path '%s'", g->path, g->model_path);
+        return st;
+    }
+    if (r->model->cfg.vocab_size != g->cfg.vocab_size)
+        return qc_errf(err, QC_ERR_ARG, "--model %s: vocab_size %d != the golden's %d (%s)",
+                       r->model_dir, r->model->cfg.vocab_size, g->cfg.vocab_size, g->path);
+    qc_backend_opts o;
+    qc_memplan_req rq;
+    if ((st = like_request(a, r, r->model, r->streamed, &rq, &o, err))) return st;
     if ((st = qc_memplan_enforce(&rq, a->max_memory, r->streamed ? "memory (layer-major)"
                                  : "memory", &r->plan, err)))
         return st;
