@@ -33,17 +33,6 @@
 typedef qc_model_priv model_priv;
 typedef qc_found found_t;
 
-qc_status qc_model_priv_own(qc_model_priv *p, void *buf) {
-    if (p->n_owned == p->cap_owned) {
-        int nc = p->cap_owned ? 2 * p->cap_owned : 16;
-        void **no = realloc(p->owned, (size_t)nc * sizeof *no);
-        if (!no) return QC_ERR_OOM;
-        p->owned = no;
-        p->cap_owned = nc;
-    }
-    p->owned[p->n_owned++] = buf;
-    return QC_OK;
-}
 #define priv_own qc_model_priv_own
 
 void qc_model_free(qc_model *m) {
@@ -190,26 +179,6 @@ static qc_status check_geometry(const qc_config *c, qc_err *err) {
                        "%d, conv kernel %d)",
                        c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim,
                        c->conv_kernel);
-    return QC_OK;
-}
-
-/* t present, in a supported dtype, with exactly the expected shape. */
-qc_status qc_model_check_view(const qc_tensor *t, const char *name, const int64_t *exp, int nd,
-                              qc_err *err) {
-    if (t->ndim == 0 || !t->data) return qc_errf(err, QC_ERR_MISSING, "model: %s: missing", name);
-    if (t->dtype != QC_F32 && t->dtype != QC_BF16 && t->dtype != QC_F16)
-        return qc_errf(err, QC_ERR_UNSUPPORTED, "model: %s: unsupported dtype %d", name,
-                       (int)t->dtype);
-    int ok = t->ndim == nd;
-    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == exp[i];
-    if (!ok) {
-        char g[160], e[160];
-        qc_text_shape(g, sizeof g, t->shape, t->ndim > 0 && t->ndim <= 4 ? t->ndim : 0);
-        qc_text_shape(e, sizeof e, exp, nd);
-        if (t->ndim < 0 || t->ndim > 4)
-            return qc_errf(err, QC_ERR_SHAPE, "model: %s: %d dimensions != %s", name, t->ndim, e);
-        return qc_errf(err, QC_ERR_SHAPE, "model: %s: shape %s != %s", name, g, e);
-    }
     return QC_OK;
 }
 
