@@ -40,7 +40,10 @@ def spread(xs):
     """'median [min-max]' of a list of numbers"""
     if not xs:
         return "—"
-    return f"{statistics.median(xs):.4g} [{min(xs):.4g}-{max(xs):.4g}]"
+
+    def num(x):
+        return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.0f}"
+    return f"{num(statistics.median(xs))} [{num(min(xs))}-{num(max(xs))}]"
 
 
 def bench_figures(rep, path):
@@ -75,7 +78,7 @@ def llama_bench_figures(lb, path):
         if npr > 0 and ng == 0 and nd == 0:
             test = f"pp{npr}"
         elif npr == 0 and ng > 0:
-            test = f"tg{ng}@d{nd}" if nd else f"tg{ng}"
+            test = f"tg{ng}@d{nd}"
         else:
             continue
         samples = [float(x) for x in e.get("samples_ts") or [] if isinstance(x, (int, float))]
