@@ -43,7 +43,7 @@ int qc_cmd_check(int argc, char **argv) {
     memset(&rs, 0, sizeof rs);
     /* usage errors before any work: the runtime under test, the policy, --model, the report
      * to rerun */
-    if ((o.backends & QC_BACKEND_EXT) && qc_registry_preflight(&o.ext, &err)) goto fail;
+    if (o.has_ext && qc_registry_preflight(&o.ext, &err)) goto fail;
     if (ckcli_load_policy(&o, &pol, &err) || ckcli_apply_tol_flags(&x, pol, &err)) goto fail;
     if (ckcli_check_model_dir(&o, &err)) goto fail;
     if (x.rerun) {

@@ -5,9 +5,10 @@
  *   vs the golden    prefill.logits prefill.hidden prefill.<state> decode.logits decode.<state>
  *                    argmax
  *   invariants       garbage_reset (NaN state + reset == fresh, bitwise), unused_slots (KV slots
- *                    beyond the used positions stay exactly 0), threads_bitwise (optimized 1 vs
- *                    2 threads), static_eq_dynamic, chunked_eq_recurrent, chunk_sweep.cN,
- *                    opt_eq_ref
+ *                    beyond the used positions stay exactly 0), threads_bitwise (a threaded
+ *                    backend at 1 vs 2 threads), static_eq_dynamic, chunked_eq_recurrent,
+ *                    chunk_sweep.cN, opt_eq_ref (a built-in against the reference built-in:
+ *                    qc_builtin_info.vs_reference, qc_registry.h)
  *   per file         model_hash (config / weights SHA-256 of the loaded model vs the golden)
  * The qc_cmd_check / qc_cmd_calibrate entry points are declared in qc_cli.h.
  */
@@ -20,8 +21,6 @@
 #include "qc_policy.h"
 #include "qc_registry.h"
 #include "qc_report_results.h"
-
-enum { QC_BACKEND_REF = 1, QC_BACKEND_OPT = 2, QC_BACKEND_EXT = 4 };
 
 /* qc_check_opts.quiet: how much the console shows (the reports always hold every row). */
 enum { QC_QUIET_VERBOSE = 0, QC_QUIET_DEFAULT = 1, QC_QUIET_ALL = 2 };
@@ -45,8 +44,11 @@ typedef struct {
 
 typedef struct {
     const char *golden;       /* --golden DIR|FILE */
-    int backends;             /* QC_BACKEND_* mask; 0 = all built-in backends available */
-    qc_runtime_spec ext;      /* the runtime under test (QC_BACKEND_EXT): plugin / exec */
+    unsigned builtins;        /* --backend: bit i = the registry's built-in backend i
+                                 (qc_registry_builtin); 0 without a runtime under test: every
+                                 built-in backend */
+    int has_ext;              /* 1: a runtime under test was given (ext) */
+    qc_runtime_spec ext;      /* the runtime under test: plugin / exec / http */
     unsigned require;         /* --require: capability bits whose absence is a FAIL */
     double adapter_timeout;   /* --adapter-timeout SECONDS (exec adapters), default 60 */
     int modes;                /* bit (1 << qc_mode) mask; 0 = all */

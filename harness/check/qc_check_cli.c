@@ -32,10 +32,11 @@
 /* command line: qwen-conform [check]                                                    */
 /* ===================================================================================== */
 
-static const char check_usage[] =
-    "usage: qwen-conform [check] --golden DIR|FILE [options]\n"
-    "  --backend B           what to check (repeatable; default: reference and optimized):\n"
-    "                        reference | optimized | all (both built-in backends)\n"
+/* The usage in three parts around the lines naming the built-in backends, which come from the
+ * registry's table (check_usage_print). */
+static const char check_usage_a[] =
+    "usage: qwen-conform [check] --golden DIR|FILE [options]\n";
+static const char check_usage_b[] =
     "                        plugin:PATH.so[,k=v...]  your runtime as a plugin (the ABI in\n"
     "                          include/qc/qc_runtime_plugin.h), options passed to its open\n"
     "                        exec:\"CMD ARGS\"  your runtime as a child process speaking\n"
@@ -71,8 +72,10 @@ static const char check_usage[] =
     "                        (DIR/<stem>.<backend>.<mode>.h5) and print h5diff lines\n"
     "  --list                print the selected <stem>/<case>/<backend>/<mode> ids; run nothing\n"
     "  --filter REGEX        POSIX extended regex on <stem>/<case>/<backend>/<mode>\n"
-    "  --shard i/n           run the i-th (1-based) of n interleaved shards of the cases\n"
-    "  --threads N           optimized backend threads for the main runs (default 1; the\n"
+    "  --shard i/n           run the i-th (1-based) of n interleaved shards of the cases\n";
+static const char check_usage_c[] =
+    /* "  --threads N           <threaded built-ins> backend threads ..." before this */
+    " threads for the main runs (default 1; the\n"
     "                        threads_bitwise check compares them with 2 threads)\n"
     "  --no-hash-check       do not fail when the model's SHA-256 differs from the golden's\n"
     "  --max-memory SIZE     refuse (exit 2) when the planned memory exceeds SIZE (e.g. 8G;\n"
@@ -99,27 +102,59 @@ static const char check_usage[] =
     "exit (highest first): 2 usage / I/O / format error (the run is incomplete), 1 a\n"
     "      conformance failure, 3 nothing was checked, 0 all passed\n";
 
-/* --backend may be given more than once: built-in names add to the set, any other value is
- * the one runtime under test (plugin / exec / llamacpp). */
+/* The registry's built-in names joined: "a and b" / "a, b and c" (and = " and "), or
+ * "a | b | c" (and = NULL, sep " | "); with caps, only the built-ins that have all of them. */
+static void builtin_names(FILE *f, const char *and, unsigned caps) {
+    int n = 0, k = 0;
+    for (int i = 0; i < qc_registry_n_builtins(); i++)
+        n += (qc_registry_builtin(i)->caps & caps) == caps;
+    for (int i = 0; i < qc_registry_n_builtins(); i++) {
+        const qc_builtin_info *b = qc_registry_builtin(i);
+        if ((b->caps & caps) != caps) continue;
+        fprintf(f, "%s%s", k == 0 ? "" : !and ? " | " : k == n - 1 ? and : ", ", b->name);
+        k++;
+    }
+}
+
+/* `check --help`: the text, the built-in backends named by the registry. */
+static void check_usage_print(FILE *f) {
+    const int n = qc_registry_n_builtins();
+    fputs(check_usage_a, f);
+    fputs("  --backend B           what to check (repeatable; default: ", f);
+    builtin_names(f, " and ", 0);
+    fputs("):\n                        ", f);
+    builtin_names(f, NULL, 0);
+    fprintf(f, " | all (%s built-in backend%s)\n", n == 2 ? "both" : "every", n == 2 ? "s" : "");
+    fputs(check_usage_b, f);
+    fputs("  --threads N           ", f);
+    builtin_names(f, " and ", QC_BE_CAP_THREADS);
+    fputs(" backend", f);
+    fputs(check_usage_c, f);
+}
+
+/* --backend may be given more than once: built-in names (the registry's table) add to the set,
+ * "all" is every one of them, any other value is the one runtime under test (plugin / exec /
+ * llamacpp / http). */
 static qc_status parse_backend(const char *v, qc_check_opts *o, qc_err *err) {
+    const int n = qc_registry_n_builtins();
     if (!strcmp(v, "all")) {
-        o->backends |= QC_BACKEND_REF | QC_BACKEND_OPT;
+        for (int i = 0; i < n && i < 32; i++) o->builtins |= 1u << i;
         return QC_OK;
     }
-    if (!strcmp(v, "reference")) {
-        o->backends |= QC_BACKEND_REF;
+    const int i = qc_registry_builtin_index(v);
+    if (i >= 32)
+        return qc_errf(err, QC_ERR_ARG, "--backend %s: only the first 32 built-in backends can be "
+                       "selected one by one", v);
+    if (i >= 0) {
+        o->builtins |= 1u << i;
         return QC_OK;
     }
-    if (!strcmp(v, "optimized")) {
-        o->backends |= QC_BACKEND_OPT;
-        return QC_OK;
-    }
-    if (o->backends & QC_BACKEND_EXT)
+    if (o->has_ext)
         return qc_errf(err, QC_ERR_ARG, "--backend: one runtime under test at a time ('%s' and "
                        "'%s')", o->ext.name, v);
     qc_status s = qc_registry_parse(v, o->adapter_timeout, &o->ext, err);
     if (s) return s;
-    o->backends |= QC_BACKEND_EXT;
+    o->has_ext = 1;
     return QC_OK;
 }
 
@@ -294,14 +329,16 @@ int ckcli_parse_common(int argc, char **argv, const char *prog, qc_check_opts *o
             if (!o->golden) o->golden = a.arg;
             else st = qc_argp_unknown(&a, &err);
         } else if (qc_argp_is(&a, "--help") || qc_argp_is(&a, "-h")) {
-            fputs(runs ? "usage: qwen-conform calibrate --golden DIR [--runs N] [--factor K] "
-                         "[--out measurements.json] [--policy-out tolerances.json] "
-                         "[--model DIR]\n"
-                         "  measures float32 runtime vs float64 golden noise (max abs, max rel, "
-                         "KL) per tensor class, backend, mode and thread count, and prints a "
-                         "suggested policy (K x the measured max, rounded up to 1-2-5 steps; "
-                         "K^2 for KL)\n"
-                       : check_usage, stdout);
+            if (runs)
+                fputs("usage: qwen-conform calibrate --golden DIR [--runs N] [--factor K] "
+                      "[--out measurements.json] [--policy-out tolerances.json] "
+                      "[--model DIR]\n"
+                      "  measures float32 runtime vs float64 golden noise (max abs, max rel, "
+                      "KL) per tensor class, backend, mode and thread count, and prints a "
+                      "suggested policy (K x the measured max, rounded up to 1-2-5 steps; "
+                      "K^2 for KL)\n", stdout);
+            else
+                check_usage_print(stdout);
             return QC_EXIT_PASS;
         } else if (qc_argp_is(&a, "--golden")) {
             st = qc_argp_value(&a, &o->golden, &err);
@@ -488,9 +525,10 @@ static const char *const CHECK_WORDS[] = {
 
 void ckcli_filter_hint(const qc_check_opts *o) {
     if (!o->has_filter || !o->filter_src) return;
+    const qc_builtin_info *b0 = qc_registry_builtin(0);
     fprintf(stderr, "qwen-conform: --filter '%s' matched none of the <stem>/<case>/<backend>/<mode> "
-                    "ids (e.g. tiny-f32-tied-flat/len005/reference/dynamic; `check --list` prints "
-                    "them)\n", o->filter_src);
+                    "ids (e.g. tiny-f32-tied-flat/len005/%s/dynamic; `check --list` prints "
+                    "them)\n", o->filter_src, b0 ? b0->name : "BACKEND");
     for (size_t i = 0; i < sizeof CHECK_WORDS / sizeof *CHECK_WORDS; i++)
         if (strstr(o->filter_src, CHECK_WORDS[i])) {
             fprintf(stderr, "qwen-conform: '%s' names a check (%s): --filter selects cases, "

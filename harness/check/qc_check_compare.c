@@ -35,23 +35,11 @@ struct calib_case *ck_calib_case_get(calib_sink *cs, const char *stem, const cha
     return c;
 }
 
-double ck_wall(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ===================================================================================== */
 /* engine context                                                                        */
 /* ===================================================================================== */
 
-int ck_stop_now(ctx *c) {
-    if (c->o->maxfail <= 0 || c->res->n_fail + c->res->n_error < c->o->maxfail) return 0;
-    c->o->stopped = 1;
-    return 1;
-}
-
-char *ck_model_hint(const ctx *c, const qc_golden *g, const char *msg) {
+char *ck_model_hint(const ck_ctx *c, const qc_golden *g, const char *msg) {
     char cfg[2100];
     struct stat sb;
     snprintf(cfg, sizeof cfg, "%s/config.json", g->model_dir);
@@ -62,53 +50,11 @@ char *ck_model_hint(const ctx *c, const qc_golden *g, const char *msg) {
                             g->model_dir);
 }
 
-int ck_slot_of(const ctx *c, const char *name) {
-    for (int i = 0; i < QC_CK_SLOTS; i++)
-        if (c->slot_name[i] && !strcmp(c->slot_name[i], name)) return i;
-    return 0;
-}
-
-/* Add a row and stream it to the console. */
-void ck_emit(ctx *c, qc_check_row *row) {
-    snprintf(row->golden, sizeof row->golden, "%s", c->g ? c->g->path : "");
-    row->seconds = ck_wall() - c->t_row;
-    c->t_row = ck_wall();
-    qc_check_row *st = qc_results_add(c->res, row);
-    if (st && !c->o->calibrate && !c->o->list) qc_report_console_row(stdout, st, c->o->quiet);
-}
-
-void ck_loc_init(qc_localisation *L) {
-    memset(L, 0, sizeof *L);
-    L->kind = QC_LOC_NONE;
-    L->layer = L->layer_lo = L->step = -1;
-}
-
-void ck_row_init(qc_check_row *r, const char *stem, const char *case_name,
-                     const char *backend, const char *mode, const char *check) {
-    memset(r, 0, sizeof *r);
-    snprintf(r->stem, sizeof r->stem, "%s", stem);
-    snprintf(r->case_name, sizeof r->case_name, "%s", case_name);
-    snprintf(r->backend, sizeof r->backend, "%s", backend);
-    snprintf(r->mode, sizeof r->mode, "%s", mode);
-    snprintf(r->check, sizeof r->check, "%s", check);
-    ck_loc_init(&r->loc);
-}
-
-void ck_emit_simple(ctx *c, const char *case_name, const char *backend, const char *mode,
-                        const char *check, qc_verdict v, const char *keyline, char *detail) {
-    qc_check_row r;
-    ck_row_init(&r, c->stem, case_name, backend, mode, check);
-    r.verdict = v;
-    snprintf(r.keyline, sizeof r.keyline, "%s", keyline);
-    r.detail = detail;
-    ck_emit(c, &r);
-}
-
 /* ===================================================================================== */
 /* parts: what one check compares                                                        */
 /* ===================================================================================== */
 
-void ck_pl_add(partlist *pl, const qc_tdesc *d, const float *a, const float *g) {
+void ck_pl_add(ck_partlist *pl, const qc_tdesc *d, const float *a, const float *g) {
     if (pl->n >= MAX_PARTS) return;
     pl->p[pl->n].d = *d;
     pl->p[pl->n].a = a;
@@ -118,7 +64,7 @@ void ck_pl_add(partlist *pl, const qc_tdesc *d, const float *a, const float *g) 
 
 /* Add layer l's state buffer of class cls at `when` ("prefill"/"decode") to the plan, with
  * its path and the geometry the metrics need. */
-void ck_pl_add_state(partlist *pl, const qc_config *cfg, const char *when, int l, qc_tclass cls,
+void ck_pl_add_state(ck_partlist *pl, const qc_config *cfg, const char *when, int l, qc_tclass cls,
                      int nd, const int64_t *sh, const float *pa, const float *pg) {
     char path[160];
     snprintf(path, sizeof path, "%s/state/layer_%02d/%s", when, l, qc_tclass_str(cls));
@@ -139,7 +85,7 @@ void ck_desc_logits(qc_tdesc *d, const char *path, int rows, int V, int pos0, in
 }
 
 /* The state tensors of class cls (or every class when cls < 0) at "prefill" / "decode". */
-void ck_add_state_parts(partlist *pl, const qc_config *cfg, const char *when, int cls,
+void ck_add_state_parts(ck_partlist *pl, const qc_config *cfg, const char *when, int cls,
                             const qc_golden_state *a, const qc_golden_state *g) {
     if (!a->present || !g->present) {
         if (g->present && !a->present)
@@ -180,7 +126,7 @@ void ck_add_state_parts(partlist *pl, const qc_config *cfg, const char *when, in
 }
 
 /* Every tensor of a run: prefill + decode logits and both states. */
-void ck_add_all_parts(partlist *pl, const qc_config *cfg, const qc_golden_case *a,
+void ck_add_all_parts(ck_partlist *pl, const qc_config *cfg, const qc_golden_case *a,
                           const qc_golden_case *g) {
     const int V = cfg->vocab_size;
     qc_tdesc d;
@@ -198,8 +144,9 @@ void ck_add_all_parts(partlist *pl, const qc_config *cfg, const qc_golden_case *
 /* calibration measurement of one part                                                   */
 /* ===================================================================================== */
 
-void ck_calib_measure(ctx *c, int bi, int kind, const part *p, const char *case_name) {
+void ck_calib_measure(ck_ctx *c, int bi, int kind, const ck_part *p, const char *case_name) {
     calib_sink *cs = c->cal;
+    if (bi < 0 || bi >= cs->n_slots) return; /* (the sink has one entry per engine slot) */
     size_t n = qc_tdesc_numel(&p->d);
     double ma = 0.0;
     size_t at = 0;
@@ -217,7 +164,7 @@ void ck_calib_measure(ctx *c, int bi, int kind, const part *p, const char *case_
             if (r > mr) mr = r;
         }
     }
-    calib_cell *cell = &cs->c[bi][kind][p->d.cls];
+    calib_cell *cell = &cs->slot[bi].c[kind][p->d.cls];
     if (ma > cell->max_abs || !isfinite(ma)) {
         cell->max_abs = ma;
         char ix[96];
@@ -250,7 +197,7 @@ void ck_calib_measure(ctx *c, int bi, int kind, const part *p, const char *case_
 /* one comparison check -> one row                                                       */
 /* ===================================================================================== */
 
-qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
+qc_verdict ck_compare_parts(ck_ctx *c, const cmp_spec *s, ck_partlist *pl) {
     qc_check_row row;
     ck_row_init(&row, c->stem, s->case_name, s->backend, s->mode, s->check);
     char case_id[256];
@@ -261,7 +208,7 @@ qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
     int kl_fail = 0;
     double kl_bound = -1.0;
     for (int i = 0; i < pl->n; i++) {
-        part *p = &pl->p[i];
+        ck_part *p = &pl->p[i];
         qc_tol t;
         const char *r = NULL;
         qc_policy_lookup(c->pol, p->d.cls, s->backend, s->mode, s->check, case_id, p->d.path, &t,
@@ -354,7 +301,7 @@ qc_verdict ck_compare_parts(ctx *c, const cmp_spec *s, partlist *pl) {
 
 void ck_hcap_cb(void *user, int index, const char *name, int start_pos, int n_tokens, int dim,
                     const float *data) {
-    hcap *h = user;
+    ck_hcap *h = user;
     if (name && strcmp(name, "hidden")) { /* MoE traces ("moe_in", "router_topk") */
         if (h->moe) ck_moecap_feed(h->moe, index, name, start_pos, n_tokens, dim, data);
         return;
@@ -373,19 +320,4 @@ void ck_hcap_cb(void *user, int index, const char *name, int start_pos, int n_to
                (size_t)dim * sizeof(float));
         h->seen[(size_t)index * h->T + row] = 1;
     }
-}
-
-/* The verdict of a run that could not be made: a runtime under test that fails is a FAIL of
- * that runtime, a capability it lacks a SKIP, anything else an ERROR of ours. */
-qc_verdict ck_failed_run_verdict(qc_status s) {
-    return s == QC_ERR_RUNTIME ? QC_VERDICT_FAIL
-           : s == QC_ERR_UNSUPPORTED ? QC_VERDICT_SKIP : QC_VERDICT_ERROR;
-}
-
-/* "capability 'x' not announced by <backend>" */
-void ck_emit_cap_skip(ctx *c, const char *case_name, const char *bname, const char *mode,
-                          const char *check, unsigned cap) {
-    char k[400];
-    snprintf(k, sizeof k, "capability '%s' not announced by %s", qc_cap_name(cap), bname);
-    ck_emit_simple(c, case_name, bname, mode, check, QC_VERDICT_SKIP, k, NULL);
 }

@@ -25,9 +25,9 @@
 /* 1 when every tensor of the two runs is within chunked_eq_recurrent's tolerance (the
  * element-wise test of ck_compare_parts; a structural problem counts as agreement here: the
  * row reports it, and per-layer data would not explain it). */
-static int runs_agree(ctx *c, const qc_golden_case *gc, const qc_golden_case *ch,
+static int runs_agree(ck_ctx *c, const qc_golden_case *gc, const qc_golden_case *ch,
                       const qc_golden_case *rec, const char *bname) {
-    partlist *pl = calloc(1, sizeof *pl);
+    ck_partlist *pl = calloc(1, sizeof *pl);
     if (!pl) return 1;
     ck_add_all_parts(pl, c->cfg, ch, rec);
     char case_id[256];
@@ -48,8 +48,8 @@ static int runs_agree(ctx *c, const qc_golden_case *gc, const qc_golden_case *ch
 }
 
 /* The prompt's hidden states [L+1, T, H] of one dynamic run with kernel k into h->hidden. */
-static qc_status capture_hidden(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_dn_kernel k,
-                                hcap *h, qc_err *err) {
+static qc_status capture_hidden(ck_ctx *c, qc_backend *be, const qc_golden_case *gc, qc_dn_kernel k,
+                                ck_hcap *h, qc_err *err) {
     const int L1 = c->cfg->n_layers + 1, T = gc->n_tokens;
     memset(h->seen, 0, (size_t)L1 * T);
     h->bad = 0;
@@ -70,12 +70,12 @@ static qc_status capture_hidden(ctx *c, qc_backend *be, const qc_golden_case *gc
 
 /* From the hidden states of both kernels: the first divergent index, its text into loc and L.
  * Returns 1 when it named a place (a layer, the embeddings, or "after the final norm"). */
-static int localise_hidden(ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
+static int localise_hidden(ck_ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
                            char *loc, size_t n, qc_localisation *L) {
     const qc_config *cfg = c->cfg;
     const int Ln = cfg->n_layers, T = gc->n_tokens, H = cfg->hidden_size;
     size_t k = strlen(loc);
-    hcap a = {0}, b = {0};
+    ck_hcap a = {0}, b = {0};
     a.L1 = b.L1 = Ln + 1, a.T = b.T = T, a.H = b.H = H, a.lo = b.lo = gc->start_pos;
     a.hidden = calloc((size_t)(Ln + 1) * T * H, sizeof(float));
     b.hidden = calloc((size_t)(Ln + 1) * T * H, sizeof(float));
@@ -148,12 +148,12 @@ done:
 /* From the state buffers of both runs (prefill, else decode): the lowest layer whose state
  * differs and which buffer, appended to loc; L is filled when nothing named a layer yet.
  * Returns 1 when a state differs. */
-static int localise_state(ctx *c, const char *bname, const qc_golden_case *gc,
+static int localise_state(ck_ctx *c, const char *bname, const qc_golden_case *gc,
                           const qc_golden_case *ch, const qc_golden_case *rec, char *loc,
                           size_t n, qc_localisation *L) {
     char case_id[256];
     snprintf(case_id, sizeof case_id, "%s/%s", c->stem, gc->name);
-    partlist *pl = calloc(1, sizeof *pl);
+    ck_partlist *pl = calloc(1, sizeof *pl);
     if (!pl) return 0;
     int found = 0;
     for (int dec = 0; dec <= 1 && !found; dec++) {
@@ -205,7 +205,7 @@ static int localise_state(ctx *c, const char *bname, const qc_golden_case *gc,
 }
 
 /* Why chunked and recurrent disagree, as far as the runtime's data shows: loc / L. */
-static void localise(ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
+static void localise(ck_ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
                      const qc_golden_case *ch, const qc_golden_case *rec, char *loc, size_t n,
                      qc_localisation *L) {
     int hid = (be->caps & QC_BE_CAP_HIDDEN) && gc->n_tokens > 0;
@@ -225,7 +225,7 @@ static void localise(ctx *c, qc_backend *be, const char *bname, const qc_golden_
                  k ? "\n" : "", bname);
 }
 
-static void check_chunked_eq_recurrent(ctx *c, qc_backend *be, const char *bname,
+static void check_chunked_eq_recurrent(ck_ctx *c, qc_backend *be, const char *bname,
                                        const qc_golden_case *gc, const qc_golden_case *dyn) {
     const qc_config *cfg = c->cfg;
     if (!(be->caps & QC_BE_CAP_DN_KERNEL)) {
@@ -258,7 +258,7 @@ static void check_chunked_eq_recurrent(ctx *c, qc_backend *be, const char *bname
     if (!runs_agree(c, gc, chk, &rec, bname)) localise(c, be, bname, gc, chk, &rec, loc,
                                                        sizeof loc, &L);
     if (remote) qc_remote_kernel_opts(be, QC_REMOTE_KOPTS_OWN);
-    partlist *pl = calloc(1, sizeof *pl);
+    ck_partlist *pl = calloc(1, sizeof *pl);
     if (pl) {
         ck_add_all_parts(pl, cfg, chk, &rec);
         cmp_spec sp = {.case_name = gc->name, .backend = bname, .mode = "dynamic",
@@ -280,7 +280,7 @@ static void check_chunked_eq_recurrent(ctx *c, qc_backend *be, const char *bname
 }
 
 /* chunk_sweep: chunk sizes around the 64 boundary, each vs the golden (prompts of >= 63). */
-static void check_chunk_sweep(ctx *c, qc_backend *be, const char *bname,
+static void check_chunk_sweep(ck_ctx *c, qc_backend *be, const char *bname,
                               const qc_golden_case *gc) {
     const qc_config *cfg = c->cfg;
     if (gc->n_tokens < 63) return;
@@ -310,12 +310,12 @@ static void check_chunk_sweep(ctx *c, qc_backend *be, const char *bname,
             char extra[160];
             snprintf(extra, sizeof extra, "Dynamic prefill with DeltaNet chunk size %d vs the "
                      "golden", sizes[k]);
-            partlist *pl = calloc(1, sizeof *pl);
+            ck_partlist *pl = calloc(1, sizeof *pl);
             if (pl) {
                 ck_add_all_parts(pl, cfg, &sw, gc);
                 cmp_spec sp = {.case_name = gc->name, .backend = bname, .mode = "dynamic",
                                .check = name, .vs_golden = 1, .logits_stats = 1, .extra = extra,
-                               .dump_file = c->dump_path[ck_slot_of(c, bname)][QC_MODE_DYNAMIC]};
+                               .dump_file = c->slot[ck_slot_of(c, bname)].dump_path[QC_MODE_DYNAMIC]};
                 ck_compare_parts(c, &sp, pl);
                 free(pl);
             }
@@ -328,7 +328,7 @@ static void check_chunk_sweep(ctx *c, qc_backend *be, const char *bname,
     if (remote) qc_remote_kernel_opts(be, QC_REMOTE_KOPTS_OWN);
 }
 
-void ck_check_dn_variants(ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
+void ck_check_dn_variants(ck_ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
                           const qc_golden_case *dyn) {
     check_chunked_eq_recurrent(c, be, bname, gc, dyn);
     check_chunk_sweep(c, be, bname, gc);

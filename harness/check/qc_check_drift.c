@@ -185,7 +185,7 @@ static int block_close(const float *a, const float *g, size_t n, const qc_tol *t
     return ok;
 }
 
-static curve *curve_add(curves *cv, const ctx *c, const char *name, qc_tclass cls, int n,
+static curve *curve_add(curves *cv, const ck_ctx *c, const char *name, qc_tclass cls, int n,
                         const char *backend, const char *mode, const char *case_id,
                         const char *tensor) {
     curve *k = &cv->c[cv->n];
@@ -208,7 +208,7 @@ static curve *curve_add(curves *cv, const ctx *c, const char *name, qc_tclass cl
 
 /* Run the case teacher-forced on be in mode, filling the logits curve (cv->c[0]) and, when t
  * has a trace and be exposes its state, one curve per linear-layer state buffer. */
-static qc_status drift_run(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+static qc_status drift_run(ck_ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
                            const drift_trace *t, curves *cv, qc_err *err) {
     const qc_config *cfg = c->cfg;
     const int V = cfg->vocab_size, S = gc->n_decode;
@@ -346,7 +346,7 @@ static char *drift_detail(const curves *cv, const drift_trace *t, int S) {
 
 int ck_drift_is_long(const qc_golden_case *gc) { return gc->n_decode >= CK_DRIFT_MIN_STEPS; }
 
-void ck_check_drift(ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
+void ck_check_drift(ck_ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
                     qc_mode mode) {
     if (!ck_drift_is_long(gc)) return;
     const char *mname = qc_mode_str(mode);

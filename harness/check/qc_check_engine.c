@@ -1,8 +1,9 @@
 /* qc_check_engine.c — the check engine: runs every selected case on the backends under test.
  *
  * Flow per golden file: open (read-only) -> select cases (--filter, --shard) -> load the model
- * the golden names -> model_hash -> create the backends (reference; optimized with N threads
- * and with 1 thread for the bitwise thread check) -> per case, per backend, per mode: run
+ * the golden names -> model_hash -> create the backends (the slots: the registry's built-in
+ * backends, enumerated from its table, a threaded one at N threads with a twin at another
+ * thread count for the bitwise thread check; the runtime under test) -> per case, per backend, per mode: run
  * (teacher-forced, hidden states captured through the trace hook), compare every tensor with
  * the golden under the policy, run the invariants -> cross-mode / cross-backend checks ->
  * optional dump of the actual tensors in the golden layout.
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -32,61 +34,18 @@
 /* running one case                                                                      */
 /* ===================================================================================== */
 
-/* Profile for a case in a mode (context large enough for history + prompt + decode). */
-void ck_case_profile(const qc_golden_case *gc, qc_mode mode, int extra, qc_profile *p) {
-    int msl = gc->max_seq_len > 0 ? gc->max_seq_len : 128;
-    int need = gc->start_pos + gc->n_tokens + gc->n_decode;
-    int ctxlen = need > msl ? need : msl;
-    qc_profile_for_mode(p, mode, msl, ctxlen + extra);
-}
-
-static void case_input(const qc_golden_case *gc, const qc_check_opts *o, qc_case_input *in) {
-    memset(in, 0, sizeof *in);
-    in->history = gc->n_history > 0 ? gc->history : NULL;
-    in->n_history = gc->n_history;
-    in->tokens = gc->tokens;
-    in->n_tokens = gc->n_tokens;
-    in->n_decode = gc->n_decode;
-    in->forced = gc->n_decode > 0 ? gc->decode_tokens : NULL;
-    in->static_no_advance = o->faults.static_no_advance;
-}
-
-/* Run with an optional hidden capture. hc may be NULL. */
-qc_status ck_run_one(qc_backend *be, const qc_golden_case *gc, qc_mode mode,
-                     const qc_check_opts *o, int garbage, hcap *hc, qc_golden_case *out,
-                     qc_err *err) {
-    return ck_run_call(be, NULL, gc, mode, o, garbage, hc, out, err);
-}
-
-qc_status ck_run_call(qc_backend *be, const qc_call *call, const qc_golden_case *gc,
-                      qc_mode mode, const qc_check_opts *o, int garbage, hcap *hc,
-                      qc_golden_case *out, qc_err *err) {
-    qc_profile p;
-    qc_case_input in;
-    ck_case_profile(gc, mode, 0, &p);
-    case_input(gc, o, &in);
-    in.garbage_state = garbage;
-    qc_call k = call ? *call : qc_backend_call_defaults(&be->opts);
-    if (hc) {
-        k.trace = ck_hcap_cb;
-        k.trace_user = hc;
-    }
-    in.call = &k;
-    return qc_run_case(be, &p, gc->name, &in, out, err);
-}
-
 /* ===================================================================================== */
 /* per case                                                                              */
 /* ===================================================================================== */
 
 /* The mode column of (backend, m): an http: runtime has the one mode "served" (NULL for m > 0). */
-static const char *mode_col(const ctx *c, const char *backend, qc_mode m) {
+static const char *mode_col(const ck_ctx *c, const char *backend, qc_mode m) {
     if (!(c->srv || c->o->ext.kind == QC_RT_HTTP) || strcmp(backend, c->o->ext.name))
         return qc_mode_str(m);
     return m == 0 ? CK_SERVED : NULL;
 }
 
-static int mode_selected(ctx *c, const char *case_name, const char *backend, qc_mode m) {
+static int mode_selected(ck_ctx *c, const char *case_name, const char *backend, qc_mode m) {
     const char *mn = mode_col(c, backend, m);
     if (!mn || (strcmp(mn, CK_SERVED) && !(c->o->modes & (1 << m)))) return 0;
     if (c->o->select && !c->o->select(c->o->select_user, c->stem, case_name, backend, mn))
@@ -98,10 +57,10 @@ static int mode_selected(ctx *c, const char *case_name, const char *backend, qc_
 }
 
 /* A comparison of two complete runs (logits + states). */
-static void compare_runs(ctx *c, const qc_golden_case *gc, const qc_golden_case *a,
+static void compare_runs(ck_ctx *c, const qc_golden_case *gc, const qc_golden_case *a,
                          const qc_golden_case *b, const char *backend, const char *mode,
                          const char *check, int bitwise, int vs_golden, const char *extra) {
-    partlist *pl = calloc(1, sizeof *pl);
+    ck_partlist *pl = calloc(1, sizeof *pl);
     if (!pl) return;
     ck_add_all_parts(pl, c->cfg, a, b);
     cmp_spec s = {.case_name = gc->name, .backend = backend, .mode = mode, .check = check,
@@ -109,23 +68,24 @@ static void compare_runs(ctx *c, const qc_golden_case *gc, const qc_golden_case 
                   .logits_stats = vs_golden};
     int bi = ck_slot_of(c, backend);
     qc_mode mm;
-    if (vs_golden && qc_mode_parse(mode, &mm, NULL) == QC_OK) s.dump_file = c->dump_path[bi][mm];
+    if (vs_golden && qc_mode_parse(mode, &mm, NULL) == QC_OK) s.dump_file = c->slot[bi].dump_path[mm];
     ck_compare_parts(c, &s, pl);
     free(pl);
 }
 
+/* The main runs of one slot on the case being checked (an array of them: one per slot). */
 typedef struct {
-    int have[QC_CK_SLOTS][N_MODES];            /* 1: act filled */
-    qc_golden_case act[QC_CK_SLOTS][N_MODES];  /* main results */
+    int have[N_MODES];            /* 1: act filled */
+    qc_golden_case act[N_MODES];  /* main results */
 } case_runs;
 
 /* The hidden state (L+1 indices) of one decode step of a run: the case run again with the trace
  * hook capturing only that position. */
-static qc_status decode_hidden(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+static qc_status decode_hidden(ck_ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
                                int step, float *dst, qc_err *err) {
     const qc_config *cfg = c->cfg;
     const int L = cfg->n_layers, H = cfg->hidden_size;
-    hcap h = {0};
+    ck_hcap h = {0};
     h.hidden = dst;
     h.seen = calloc((size_t)L + 1, 1);
     if (!h.seen) return qc_errf(err, QC_ERR_OOM, "out of memory");
@@ -145,12 +105,12 @@ static qc_status decode_hidden(ctx *c, qc_backend *be, const qc_golden_case *gc,
 /* Decode-only failures with hidden states: the first divergent layer at the first failing
  * decode step, against the reference backend run on the same inputs (the golden holds no
  * decode hidden states). NULL when not applicable; else malloc'd text. */
-static char *decode_hidden_localisation(ctx *c, backends *bs, int bi, const qc_golden_case *gc,
+static char *decode_hidden_localisation(ck_ctx *c, ck_backends *bs, int bi, const qc_golden_case *gc,
                                         qc_mode mode, const qc_golden_case *act,
                                         qc_localisation *where) {
     qc_backend *be = bs->be[bi], *ref = bs->cmp;
-    const char *bname = c->slot_name[bi], *mname = qc_mode_str(mode);
-    if (!ref || ref == be || bi == QC_CK_REF || gc->n_decode == 0 ||
+    const char *bname = c->slot[bi].name, *mname = qc_mode_str(mode);
+    if (!ref || ref == be || bi == c->ref_slot || gc->n_decode == 0 ||
         !(be->caps & QC_BE_CAP_HIDDEN))
         return NULL;
     if (ck_first_bad_logits_row(c, gc, act, bname, mname, 1) >= 0) return NULL;
@@ -217,19 +177,19 @@ done:
 }
 
 /* The main run of one (backend, mode): vs the golden, localisation, garbage / slots, threads. */
-static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, qc_mode mode,
+static void check_mode(ck_ctx *c, ck_backends *bs, int bi, const qc_golden_case *gc, qc_mode mode,
                        case_runs *cr) {
     const qc_config *cfg = c->cfg;
     const int L = cfg->n_layers, T = gc->n_tokens, H = cfg->hidden_size;
     qc_backend *be = bs->be[bi];
-    const char *bname = c->slot_name[bi], *mname = qc_mode_str(mode);
+    const char *bname = c->slot[bi].name, *mname = qc_mode_str(mode);
     qc_err err;
     qc_err_clear(&err);
     if (be->caps & QC_BE_CAP_TOPK_ONLY) { /* top-k rows only, the rest SKIPPED (qc_check_topk.c) */
-        cr->have[bi][mode] = ck_topk_runtime_mode(c, be, gc, mode, bname, &cr->act[bi][mode]);
+        cr[bi].have[mode] = ck_topk_runtime_mode(c, be, gc, mode, bname, &cr[bi].act[mode]);
         return;
     }
-    hcap hc = {0};
+    ck_hcap hc = {0};
     int want_hidden = gc->prefill_hidden != NULL && (be->caps & QC_BE_CAP_HIDDEN) && !c->o->topk;
     ck_moecap mc; /* moe_in (MoE) / mlp_in (dense), router_topk traces (qc_check_router.c) */
     int want_moe = (qc_cfg_is_moe(cfg) || gc->prefill_moe_in) && /* dense: mlp_in */
@@ -248,7 +208,7 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
             return;
         }
     }
-    qc_golden_case *act = &cr->act[bi][mode];
+    qc_golden_case *act = &cr[bi].act[mode];
     qc_status s = ck_run_one(be, gc, mode, c->o, 0, want_hidden || want_moe ? &hc : NULL, act,
                              &err);
     if (s) {
@@ -257,14 +217,14 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
         if (want_moe) ck_moecap_free(&mc);
         return;
     }
-    cr->have[bi][mode] = 1;
+    cr[bi].have[mode] = 1;
     if (c->o->topk > 0) { /* --topk K: the runtime seen through its top-k only (no capture) */
         ck_topk_view_rows(c, gc, act, bname, mname, c->o->topk);
         return;
     }
     char loc[4096] = "";
     cmp_spec base = {.case_name = gc->name, .backend = bname, .mode = mname,
-                     .vs_golden = 1, .dump_file = c->dump_path[bi][mode]};
+                     .vs_golden = 1, .dump_file = c->slot[bi].dump_path[mode]};
     int localised = 0;
     qc_localisation where, dwhere;
     ck_loc_init(&where);
@@ -282,7 +242,7 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     snprintf(state_skip, sizeof state_skip, "capability '%s' not announced by %s",
              qc_cap_name(QC_BE_CAP_STATE_READ), bname);
     char *dec_loc = decode_hidden_localisation(c, bs, bi, gc, mode, act, &dwhere);
-    ck_vs_golden_checks(c, gc, act, bname, mname, c->dump_path[bi][mode], loc[0] ? loc : NULL,
+    ck_vs_golden_checks(c, gc, act, bname, mname, c->slot[bi].dump_path[mode], loc[0] ? loc : NULL,
                         &where, (be->caps & QC_BE_CAP_STATE_READ) ? NULL : state_skip, dec_loc,
                         &dwhere);
     free(dec_loc);
@@ -310,7 +270,7 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
                      bname, bs->alt[bi]->opts.n_threads, be->opts.n_threads);
             compare_runs(c, gc, &t1, act, bname, mname, "threads_bitwise", 1, 0, extra);
             if (c->cal) {
-                partlist *pl = calloc(1, sizeof *pl);
+                ck_partlist *pl = calloc(1, sizeof *pl);
                 if (pl) {
                     ck_add_all_parts(pl, cfg, &t1, gc);
                     for (int i = 0; i < pl->n; i++)
@@ -326,14 +286,14 @@ static void check_mode(ctx *c, backends *bs, int bi, const qc_golden_case *gc, q
     }
 }
 
-static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs *cr) {
-    for (int bi = 0; bi < QC_CK_SLOTS; bi++) {
+static void check_case(ck_ctx *c, ck_backends *bs, const qc_golden_case *gc, case_runs *cr) {
+    for (int bi = 0; bi < c->n_slots; bi++) {
         qc_backend *be = bs->be[bi];
         if (!be) continue;
         /* a runtime under test is told dn_kernel / chunk_size by the kernel checks only */
         qc_remote_kernel_opts(be, QC_REMOTE_KOPTS_OWN);
         qc_remote_kernel_opts(bs->alt[bi], QC_REMOTE_KOPTS_OWN);
-        const char *bname = c->slot_name[bi];
+        const char *bname = c->slot[bi].name;
         for (int mi = 0; mi < N_MODES; mi++)
             if (mode_selected(c, gc->name, bname, (qc_mode)mi) && !ck_stop_now(c)) {
                 if (mi == QC_MODE_NOKV && ck_drift_is_long(gc))
@@ -345,28 +305,35 @@ static void check_case(ctx *c, backends *bs, const qc_golden_case *gc, case_runs
             }
         if (c->o->topk || (be->caps & QC_BE_CAP_TOPK_ONLY)) continue; /* top-k rows only */
         /* static == dynamic */
-        if (cr->have[bi][QC_MODE_STATIC] && cr->have[bi][QC_MODE_DYNAMIC])
-            compare_runs(c, gc, &cr->act[bi][QC_MODE_DYNAMIC], &cr->act[bi][QC_MODE_STATIC],
+        if (cr[bi].have[QC_MODE_STATIC] && cr[bi].have[QC_MODE_DYNAMIC])
+            compare_runs(c, gc, &cr[bi].act[QC_MODE_DYNAMIC], &cr[bi].act[QC_MODE_STATIC],
                          bname, "dynamic", "static_eq_dynamic", 0, 0,
                          "Dynamic-shape prefill (actual) vs static one-token-per-call prefill "
                          "(expected), same backend");
-        if (cr->have[bi][QC_MODE_DYNAMIC])   /* chunked_eq_recurrent, chunk_sweep */
-            ck_check_dn_variants(c, be, bname, gc, &cr->act[bi][QC_MODE_DYNAMIC]);
-        ck_check_lifecycle(c, be, bname, gc, cr->have[bi]); /* snapshot, rollback, sequences */
+        if (cr[bi].have[QC_MODE_DYNAMIC])   /* chunked_eq_recurrent, chunk_sweep */
+            ck_check_dn_variants(c, be, bname, gc, &cr[bi].act[QC_MODE_DYNAMIC]);
+        ck_check_lifecycle(c, be, bname, gc, cr[bi].have); /* snapshot, rollback, sequences */
     }
-    /* optimized == reference */
-    for (int mi = 0; mi < N_MODES && !c->o->topk; mi++)
-        if (cr->have[QC_CK_REF][mi] && cr->have[QC_CK_OPT][mi])
-            compare_runs(c, gc, &cr->act[QC_CK_OPT][mi], &cr->act[QC_CK_REF][mi],
-                         c->slot_name[QC_CK_OPT], qc_mode_str((qc_mode)mi), "opt_eq_ref", 0, 0,
-                         "Optimized backend (actual) vs reference backend (expected), same mode");
+    /* each built-in with a vs_reference check == the reference built-in (opt_eq_ref) */
+    const int r = c->ref_slot;
+    for (int bi = 0; r >= 0 && bi < c->n_slots && !c->o->topk; bi++) {
+        const qc_builtin_info *b = c->slot[bi].builtin;
+        if (bi == r || !b || !b->vs_reference) continue;
+        char extra[200];
+        snprintf(extra, sizeof extra, "%c%s backend (actual) vs %s backend (expected), same mode",
+                 toupper((unsigned char)b->name[0]), b->name + 1, c->slot[r].name);
+        for (int mi = 0; mi < N_MODES; mi++)
+            if (cr[r].have[mi] && cr[bi].have[mi])
+                compare_runs(c, gc, &cr[bi].act[mi], &cr[r].act[mi], c->slot[bi].name,
+                             qc_mode_str((qc_mode)mi), b->vs_reference, 0, 0, extra);
+    }
 }
 
-static int case_selected(ctx *c, const char *case_name, int avail_backends) {
-    for (int bi = 0; bi < QC_CK_SLOTS; bi++) {
-        if (!(avail_backends & (1 << bi))) continue;
+static int case_selected(ck_ctx *c, const char *case_name) {
+    for (int bi = 0; bi < c->n_slots; bi++) {
+        if (!c->slot[bi].run) continue;
         for (int m = 0; m < N_MODES; m++)
-            if (mode_selected(c, case_name, c->slot_name[bi], (qc_mode)m)) return 1;
+            if (mode_selected(c, case_name, c->slot[bi].name, (qc_mode)m)) return 1;
     }
     return 0;
 }
@@ -374,7 +341,7 @@ static int case_selected(ctx *c, const char *case_name, int avail_backends) {
 /* ---- check_file: one golden file, in steps ---- */
 
 /* An ERROR row for a golden that does not open (the message names the file and field). */
-static void cf_open_error(ctx *c, const char *path, const char *stem, const qc_err *err) {
+static void cf_open_error(ck_ctx *c, const char *path, const char *stem, const qc_err *err) {
     qc_check_row r;
     ck_row_init(&r, stem, "_file", "-", "-", "open");
     r.verdict = QC_VERDICT_ERROR;
@@ -388,49 +355,49 @@ static void cf_open_error(ctx *c, const char *path, const char *stem, const qc_e
 
 /* Mark the cases this shard and the filters select (sel[i] = 1); --list prints their runs.
  * Returns the number selected. */
-static int cf_select(ctx *c, const qc_golden *g, const char *stem, int avail, long *case_counter,
+static int cf_select(ck_ctx *c, const qc_golden *g, const char *stem, long *case_counter,
                      int *sel) {
     int n_sel = 0;
     for (int i = 0; sel && i < g->n_cases; i++) {
         long k = (*case_counter)++;
         if (c->o->shard_n > 0 && (k % c->o->shard_n) != c->o->shard_i - 1) continue;
-        if (!case_selected(c, g->cases[i].name, avail)) continue;
+        if (!case_selected(c, g->cases[i].name)) continue;
         sel[i] = 1;
         n_sel++;
         if (c->o->list) {
-            for (int bi = 0; bi < QC_CK_SLOTS; bi++)
-                for (int m = 0; (avail & (1 << bi)) && m < N_MODES; m++)
-                    if (mode_selected(c, g->cases[i].name, c->slot_name[bi], (qc_mode)m) &&
+            for (int bi = 0; bi < c->n_slots; bi++)
+                for (int m = 0; c->slot[bi].run && m < N_MODES; m++)
+                    if (mode_selected(c, g->cases[i].name, c->slot[bi].name, (qc_mode)m) &&
                         ++c->listed)
-                        printf("%s/%s/%s/%s\n", stem, g->cases[i].name, c->slot_name[bi],
-                               mode_col(c, c->slot_name[bi], (qc_mode)m));
+                        printf("%s/%s/%s/%s\n", stem, g->cases[i].name, c->slot[bi].name,
+                               mode_col(c, c->slot[bi].name, (qc_mode)m));
         }
     }
     return n_sel;
 }
 
 /* The built-in backends check_file keeps alive at once, each with the options it is created
- * with (ck_create_slot): the reference (default threads), the optimized at --threads and its
- * threads_bitwise twin (--threads 1: 2, else 1), all at the default chunk size. */
-static qc_status cf_plan_backends(const ctx *c, int avail, qc_memplan_req *rq, qc_err *err) {
+ * with (ck_create_slot): each checked built-in (the reference always: it is also the comparison
+ * of a runtime under test) at its thread count (--threads with the threads capability, else
+ * its default) and, with the threads capability, its threads_bitwise twin (--threads 1: 2,
+ * else 1), all at the default chunk size. */
+static qc_status cf_plan_backends(const ck_ctx *c, qc_memplan_req *rq, qc_err *err) {
     qc_status st = QC_OK;
     qc_memplan_req one = *rq;
     rq->n_backends = 0;
-    const struct { int slot; const char *name; int threads; } run[3] = {
-        {QC_CK_REF, "reference", 0},
-        {QC_CK_OPT, "optimized", c->o->threads},
-        {QC_CK_OPT, "optimized", c->o->threads == 1 ? 2 : 1},
-    };
-    for (int k = 0; k < 3 && !st; k++) {
-        /* the reference is alive either as its slot or as the comparison of a runtime under
-         * test */
-        if (run[k].slot != QC_CK_REF && !(avail & (1 << run[k].slot))) continue;
-        one.n_threads = run[k].threads;
-        if ((st = qc_registry_memplan(run[k].name, &one, err))) break;
-        char what[64];
-        snprintf(what, sizeof what, "the %s backend", run[k].name);
-        for (int b = 0; b < one.n_backends && !st; b++)
-            st = qc_memplan_add_backend(rq, what, one.backend_bytes[b], err);
+    for (int bi = 0; bi < c->n_slots && !st; bi++) {
+        const qc_builtin_info *b = c->slot[bi].builtin;
+        if (!b || (bi != c->ref_slot && !c->slot[bi].run)) continue;
+        const int threaded = (b->caps & QC_BE_CAP_THREADS) != 0;
+        const int threads[2] = {threaded ? c->o->threads : 0, c->o->threads == 1 ? 2 : 1};
+        for (int k = 0; k < 1 + threaded && !st; k++) {
+            one.n_threads = threads[k];
+            if ((st = qc_registry_memplan(b->name, &one, err))) break;
+            char what[64];
+            snprintf(what, sizeof what, "the %s backend", b->name);
+            for (int j = 0; j < one.n_backends && !st; j++)
+                st = qc_memplan_add_backend(rq, what, one.backend_bytes[j], err);
+        }
     }
     return st;
 }
@@ -438,8 +405,8 @@ static qc_status cf_plan_backends(const ctx *c, int avail, qc_memplan_req *rq, q
 /* Memory plan: refuse cleanly (an ERROR row, returns 0) before the backends, states and
  * captures are allocated; the golden's part is its metadata plus the tensors of the largest
  * selected case (one case is loaded at a time). */
-static int cf_memory_ok(ctx *c, const char *path, const qc_golden *g, const qc_model *model,
-                        const int *sel, int avail) {
+static int cf_memory_ok(ck_ctx *c, const char *path, const qc_golden *g, const qc_model *model,
+                        const int *sel) {
     qc_err err;
     qc_err_clear(&err);
     int ctxlen = 1;
@@ -463,7 +430,7 @@ static int cf_memory_ok(ctx *c, const char *path, const qc_golden *g, const qc_m
     rq.n_state_copies = 4;
     qc_memplan plan;
     uint64_t limit = 0;
-    qc_status ms = cf_plan_backends(c, avail, &rq, &err);
+    qc_status ms = cf_plan_backends(c, &rq, &err);
     if (!ms) ms = qc_memplan_estimate(&rq, &plan, &err);
     if (!ms) ms = qc_memplan_limit(c->o->max_memory, &limit, &err);
     if (!ms) {
@@ -483,7 +450,7 @@ static int cf_memory_ok(ctx *c, const char *path, const qc_golden *g, const qc_m
 }
 
 /* The model_hash row: the loaded model's config / weights SHA-256 against the golden's. */
-static void cf_model_hash(ctx *c, const char *path, const qc_golden *g, const qc_model *model) {
+static void cf_model_hash(ck_ctx *c, const char *path, const qc_golden *g, const qc_model *model) {
     int ch = strcmp(model->config_sha256, g->config_sha256) == 0;
     int wh = strcmp(model->weights_sha256, g->weights_sha256) == 0;
     char k[320];
@@ -521,9 +488,15 @@ static void cf_model_hash(ctx *c, const char *path, const qc_golden *g, const qc
 
 /* Create the selected slots' backends (bs zeroed here) for the longest selected case, and the
  * reference to compare a runtime under test with when the reference slot is not run. */
-static void cf_backends(ctx *c, backends *bs, const qc_golden *g, const int *sel, int avail,
-                        const qc_model *model, const qc_model *use_model) {
+static int cf_backends(ck_ctx *c, ck_backends *bs, const qc_golden *g, const int *sel,
+                       const qc_model *model, const qc_model *use_model) {
     memset(bs, 0, sizeof *bs);
+    bs->be = calloc((size_t)c->n_slots, sizeof *bs->be);
+    bs->alt = calloc((size_t)c->n_slots, sizeof *bs->alt);
+    if (!bs->be || !bs->alt) {
+        ck_emit_simple(c, "_model", "-", "-", "create", QC_VERDICT_ERROR, "out of memory", NULL);
+        return 0;
+    }
     int maxctx = 0;
     for (int i = 0; i < g->n_cases; i++) {
         if (!sel[i]) continue;
@@ -533,40 +506,55 @@ static void cf_backends(ctx *c, backends *bs, const qc_golden *g, const int *sel
         if (p.max_seq_len > maxctx) maxctx = p.max_seq_len;
     }
     bs->max_tokens = maxctx;
-    for (int bi = 0; bi < QC_CK_SLOTS; bi++)
-        if (avail & (1 << bi)) ck_create_slot(c, bs, bi, g->model_dir, model, use_model, maxctx);
-    bs->cmp = bs->be[QC_CK_REF];
-    if (!bs->cmp && bs->be[QC_CK_EXT]) {
+    for (int bi = 0; bi < c->n_slots; bi++)
+        if (c->slot[bi].run) ck_create_slot(c, bs, bi, g->model_dir, model, use_model, maxctx);
+    bs->cmp = c->ref_slot >= 0 ? bs->be[c->ref_slot] : NULL;
+    if (!bs->cmp && c->ref_slot >= 0 && bs->be[c->ext_slot]) {
         qc_backend_opts bo;
         qc_backend_opts_default(&bo);
         bo.max_tokens = maxctx;
         qc_runtime_spec rs;
         qc_err err;
         qc_err_clear(&err);
-        if (qc_registry_parse("reference", 0, &rs, &err) == QC_OK &&
+        if (qc_registry_parse(c->slot[c->ref_slot].name, 0, &rs, &err) == QC_OK &&
             qc_registry_create(&rs, g->model_dir, model, &bo, &bs->cmp, &err) == QC_OK)
             bs->own_cmp = 1;
     }
+    return 1;
+}
+
+/* Destroy what cf_backends made. */
+static void cf_backends_free(const ck_ctx *c, ck_backends *bs) {
+    for (int bi = 0; bs->be && bi < c->n_slots; bi++) qc_backend_destroy(bs->be[bi]);
+    for (int bi = 0; bs->alt && bi < c->n_slots; bi++) qc_backend_destroy(bs->alt[bi]);
+    if (bs->own_cmp) qc_backend_destroy(bs->cmp);
+    free(bs->be);
+    free(bs->alt);
+    memset(bs, 0, sizeof *bs);
 }
 
 /* Run the selected cases one at a time (each loaded, checked, unloaded); with --dump-dir the
  * runs' outputs are kept and written per (slot, mode) at the end. */
-static void cf_run_cases(ctx *c, backends *bs, qc_golden *g, const int *sel, int n_sel,
+static void cf_run_cases(ck_ctx *c, ck_backends *bs, qc_golden *g, const int *sel, int n_sel,
                          const char *stem) {
     qc_err err;
-    memset(c->dump_path, 0, sizeof c->dump_path);
-    if (c->o->dump_dir)
-        for (int bi = 0; bi < QC_CK_SLOTS; bi++)
-            for (int m = 0; bs->be[bi] && m < N_MODES; m++)
-                snprintf(c->dump_path[bi][m], sizeof c->dump_path[bi][m], "%s/%s.%s.%s.h5",
-                         c->o->dump_dir, stem, ck_dump_name(c->slot_name[bi]).s,
-                         qc_mode_str((qc_mode)m));
-    qc_golden_case *dump[QC_CK_SLOTS][N_MODES] = {{0}};
-    int n_dump[QC_CK_SLOTS][N_MODES] = {{0}};
-    if (c->o->dump_dir)
-        for (int bi = 0; bi < QC_CK_SLOTS; bi++)
-            for (int m = 0; m < N_MODES; m++)
-                dump[bi][m] = calloc((size_t)g->n_cases, sizeof(qc_golden_case));
+    for (int bi = 0; bi < c->n_slots; bi++)
+        for (int m = 0; m < N_MODES; m++) {
+            char *dp = c->slot[bi].dump_path[m];
+            dp[0] = 0;
+            if (c->o->dump_dir && bs->be[bi])
+                snprintf(dp, sizeof c->slot[bi].dump_path[m], "%s/%s.%s.%s.h5", c->o->dump_dir,
+                         stem, ck_dump_name(c->slot[bi].name).s, qc_mode_str((qc_mode)m));
+        }
+    /* the runs kept for --dump-actual, per slot and mode */
+    struct slot_dump {
+        qc_golden_case *cases[N_MODES];
+        int n[N_MODES];
+    } *dump = c->o->dump_dir ? calloc((size_t)(c->n_slots > 0 ? c->n_slots : 1), sizeof *dump)
+                             : NULL;
+    for (int bi = 0; dump && bi < c->n_slots; bi++)
+        for (int m = 0; m < N_MODES; m++)
+            dump[bi].cases[m] = calloc((size_t)g->n_cases, sizeof(qc_golden_case));
     int done = 0;
     for (int i = 0; i < g->n_cases; i++) {
         if (!sel[i]) continue;
@@ -581,19 +569,19 @@ static void cf_run_cases(ctx *c, backends *bs, qc_golden *g, const int *sel, int
             done++;
             continue;
         }
-        case_runs *cr = calloc(1, sizeof *cr);
+        case_runs *cr = calloc((size_t)c->n_slots, sizeof *cr);
         if (!cr) {
             qc_golden_unload_case(g, i);
             break;
         }
         check_case(c, bs, gc, cr);
-        for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+        for (int bi = 0; bi < c->n_slots; bi++)
             for (int m = 0; m < N_MODES; m++) {
-                if (!cr->have[bi][m]) continue;
-                if (dump[bi][m])
-                    dump[bi][m][n_dump[bi][m]++] = cr->act[bi][m];
+                if (!cr[bi].have[m]) continue;
+                if (dump && dump[bi].cases[m])
+                    dump[bi].cases[m][dump[bi].n[m]++] = cr[bi].act[m];
                 else
-                    qc_case_free(&g->cfg, &cr->act[bi][m]);
+                    qc_case_free(&g->cfg, &cr[bi].act[m]);
             }
         free(cr);
         qc_golden_unload_case(g, i);
@@ -602,18 +590,20 @@ static void cf_run_cases(ctx *c, backends *bs, qc_golden *g, const int *sel, int
             fprintf(stderr, "[%s] case %s done (%d/%d, %.2f s)\n", stem, gc->name, done, n_sel,
                     ck_wall() - t0);
     }
-    for (int bi = 0; bi < QC_CK_SLOTS; bi++)
+    for (int bi = 0; dump && bi < c->n_slots; bi++)
         for (int m = 0; m < N_MODES; m++) {
-            if (!dump[bi][m]) continue;
-            if (n_dump[bi][m] > 0) ck_dump_actual(c, g, dump[bi][m], n_dump[bi][m], c->dump_path[bi][m]);
-            for (int k = 0; k < n_dump[bi][m]; k++) qc_case_free(&g->cfg, &dump[bi][m][k]);
-            free(dump[bi][m]);
+            struct slot_dump *d = &dump[bi];
+            if (!d->cases[m]) continue;
+            if (d->n[m] > 0) ck_dump_actual(c, g, d->cases[m], d->n[m], c->slot[bi].dump_path[m]);
+            for (int k = 0; k < d->n[m]; k++) qc_case_free(&g->cfg, &d->cases[m][k]);
+            free(d->cases[m]);
         }
+    free(dump);
 }
 
 /* One golden file: open (metadata only), select, load the model, plan memory, check the
  * model's identity, create the backends, run the cases; every failure is a row. */
-static void check_file(ctx *c, const char *path, long *case_counter) {
+static void check_file(ck_ctx *c, const char *path, long *case_counter) {
     qc_err err;
     qc_err_clear(&err);
     qc_golden *g = NULL;
@@ -632,10 +622,7 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
     c->cfg = &g->cfg;
     if (c->o->model_dir) snprintf(g->model_dir, sizeof g->model_dir, "%s", c->o->model_dir);
     int *sel = calloc((size_t)(g->n_cases > 0 ? g->n_cases : 1), sizeof *sel);
-    int avail = c->o->backends ? c->o->backends : (QC_BACKEND_REF | QC_BACKEND_OPT);
-    for (int bi = 0; bi < QC_CK_SLOTS; bi++)
-        if (!c->slot_name[bi]) avail &= ~(1 << bi);
-    int n_sel = cf_select(c, g, stem, avail, case_counter, sel);
+    int n_sel = cf_select(c, g, stem, case_counter, sel);
     qc_model *model = NULL;
     fault_model *fm = NULL;
     if (c->o->list || n_sel == 0) goto out;
@@ -648,7 +635,7 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
                        ck_model_hint(c, g, err.msg));
         goto out;
     }
-    if (!cf_memory_ok(c, path, g, model, sel, avail)) goto out;
+    if (!cf_memory_ok(c, path, g, model, sel)) goto out;
     int cfg_ok = ck_cfg_same(&model->cfg, &g->cfg);
     cf_model_hash(c, path, g, model);
     if (!cfg_ok) {
@@ -667,12 +654,9 @@ static void check_file(ctx *c, const char *path, long *case_counter) {
             use_model = &fm->m;
         }
     }
-    backends bs;
-    cf_backends(c, &bs, g, sel, avail, model, use_model);
-    cf_run_cases(c, &bs, g, sel, n_sel, stem);
-    for (int bi = 0; bi < QC_CK_SLOTS; bi++) qc_backend_destroy(bs.be[bi]);
-    for (int bi = 0; bi < QC_CK_SLOTS; bi++) qc_backend_destroy(bs.alt[bi]);
-    if (bs.own_cmp) qc_backend_destroy(bs.cmp);
+    ck_backends bs;
+    if (cf_backends(c, &bs, g, sel, model, use_model)) cf_run_cases(c, &bs, g, sel, n_sel, stem);
+    cf_backends_free(c, &bs);
 out:
     ck_fault_model_free(fm);
     qc_model_free(model);
@@ -683,16 +667,10 @@ out:
 
 /* ---- engine entry ---- */
 
-int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
-    ctx c;
-    memset(&c, 0, sizeof c);
-    c.o = o;
-    c.pol = pol;
-    c.res = res;
-    c.cal = o->calibrate ? (calib_sink *)o->calib : NULL;
-    c.slot_name[QC_CK_REF] = "reference";
-    c.slot_name[QC_CK_OPT] = "optimized";
-    c.slot_name[QC_CK_EXT] = (o->backends & QC_BACKEND_EXT) ? o->ext.name : NULL;
+/* Every golden file of o->golden; the exit code. */
+static int check_all(ck_ctx *c) {
+    qc_check_opts *o = c->o;
+    qc_results *res = c->res;
     if (o->modes == 0) o->modes = (1 << N_MODES) - 1;
     if (o->threads <= 0) o->threads = 1;
     double t0 = ck_wall();
@@ -718,23 +696,26 @@ int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
             return QC_EXIT_ERROR;
         }
     }
-    if (ck_http_open(&c)) { /* an http: runtime that cannot be reached: a usage error */
+    if (ck_http_open(c)) { /* an http: runtime that cannot be reached: a usage error */
         qc_golden_paths_free(paths, n);
         return QC_EXIT_ERROR;
     }
-    qc_report_console_fit(c.slot_name, QC_CK_SLOTS);
+    const char **names = malloc((size_t)c->n_slots * sizeof *names);
+    for (int bi = 0; names && bi < c->n_slots; bi++) names[bi] = c->slot[bi].name;
+    if (names) qc_report_console_fit(names, c->n_slots);
+    free(names);
     if (!o->list && !o->calibrate) qc_report_console_header_lazy(); /* above the first row */
     long counter = 0;
     for (int i = 0; i < n; i++) {
-        if (!o->list && ck_stop_now(&c)) break; /* --maxfail */
+        if (!o->list && ck_stop_now(c)) break; /* --maxfail */
         if (!o->list) qc_report_console_progress(stderr, i, n, paths, ck_wall() - t0, o->quiet);
-        check_file(&c, paths[i], &counter);
+        check_file(c, paths[i], &counter);
     }
     if (!o->list) qc_report_console_progress(stderr, n, n, paths, ck_wall() - t0, o->quiet);
     qc_golden_paths_free(paths, n);
-    qc_server_close(c.srv);
+    qc_server_close(c->srv);
     res->seconds = ck_wall() - t0;
-    if (o->list) return res->n_error ? QC_EXIT_ERROR : c.listed ? QC_EXIT_PASS : QC_EXIT_NOTHING;
+    if (o->list) return res->n_error ? QC_EXIT_ERROR : c->listed ? QC_EXIT_PASS : QC_EXIT_NOTHING;
     if (res->n_error) return QC_EXIT_ERROR;
     if (res->n_fail) return QC_EXIT_FAIL;
     if (res->n_pass == 0) {
@@ -742,5 +723,21 @@ int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
         return QC_EXIT_NOTHING;
     }
     return QC_EXIT_PASS;
+}
+
+int qc_check_run(qc_check_opts *o, qc_policy *pol, qc_results *res) {
+    ck_ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.pol = pol;
+    c.res = res;
+    c.cal = o->calibrate ? (calib_sink *)o->calib : NULL;
+    int rc = QC_EXIT_ERROR;
+    if (ck_slots_make(&c))
+        rc = check_all(&c);
+    else
+        fprintf(stderr, "qwen-conform: out of memory\n");
+    free(c.slot);
+    return rc;
 }
 

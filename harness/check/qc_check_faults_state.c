@@ -91,8 +91,14 @@ qc_status ck_bf16_state_wrap(qc_backend *inner, qc_backend **out, qc_err *err) {
 /* applying them                                                                         */
 /* ===================================================================================== */
 
+/* 1 when be is the registry's reference built-in. */
+static int is_reference(const qc_backend *be) {
+    const qc_builtin_info *r = qc_registry_reference();
+    return r && be->name && !strcmp(be->name, r->name);
+}
+
 qc_status ck_state_faults_apply(const qc_check_faults *f, qc_backend **be, qc_err *err) {
-    if (f->unguarded_exp && !strcmp((*be)->name, "reference")) {
+    if (f->unguarded_exp && is_reference(*be)) {
         qc_status s = qc_backend_set_option(*be, "fault.unguarded_exp", "1", err);
         if (s) {
             qc_backend_destroy(*be);
@@ -102,7 +108,7 @@ qc_status ck_state_faults_apply(const qc_check_faults *f, qc_backend **be, qc_er
     }
     /* the MoE block's port bugs: the reference of a MoE model only (dense goldens of the same
      * run are checked unbroken) */
-    if (f->moe_fault && !strcmp((*be)->name, "reference") && (*be)->model &&
+    if (f->moe_fault && is_reference(*be) && (*be)->model &&
         qc_cfg_is_moe(&(*be)->model->cfg)) {
         qc_status s = qc_backend_set_option(*be, "fault.moe", f->moe_fault, err);
         if (s) {

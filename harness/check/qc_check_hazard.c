@@ -45,12 +45,12 @@ static void hazard_attr(const char *file, const char *cname, char *buf, size_t n
     H5Eset_auto2(H5E_DEFAULT, fn, fd);
 }
 
-void ck_check_hazard(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+void ck_check_hazard(ck_ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
                      const char *bname, const char *mname) {
     char what[200];
     hazard_attr(c->g->path, gc->name, what, sizeof what);
     if (!what[0]) return;
-    partlist *pl = calloc(1, sizeof *pl);
+    ck_partlist *pl = calloc(1, sizeof *pl);
     if (!pl) {
         ck_emit_simple(c, gc->name, bname, mname, "hazard_finite", QC_VERDICT_ERROR,
                        "out of memory", NULL);

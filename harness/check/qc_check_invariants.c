@@ -18,7 +18,7 @@
  *   garbage_reset  its logits and states are bit-identical to the fresh run `act`;
  *   unused_slots   the KV-cache slots beyond the used positions (capacity + 8 spare) are
  *                  exactly +0. */
-void ck_check_garbage_and_slots(ctx *c, qc_backend *be, const qc_golden_case *gc,
+void ck_check_garbage_and_slots(ck_ctx *c, qc_backend *be, const qc_golden_case *gc,
                                     qc_mode mode, const qc_golden_case *act) {
     const qc_config *cfg = c->cfg;
     const int V = cfg->vocab_size, T = gc->n_tokens, S = gc->n_decode, P = gc->start_pos;
@@ -64,7 +64,7 @@ void ck_check_garbage_and_slots(ctx *c, qc_backend *be, const qc_golden_case *gc
     }
     /* garbage_reset */
     {
-        partlist *pl = calloc(1, sizeof *pl);
+        ck_partlist *pl = calloc(1, sizeof *pl);
         if (pl) {
             ck_add_all_parts(pl, cfg, &gb, act);
             cmp_spec cs = {.case_name = gc->name, .backend = be->name, .mode = mname,

@@ -21,7 +21,7 @@
 #define LC_MAX_DECODE 16 /* decode steps of the case used (a long-decode golden stays fast) */
 
 typedef struct {
-    ctx *c;
+    ck_ctx *c;
     qc_backend *be;
     const qc_golden_case *gc;
     const char *bname, *mname;
@@ -49,9 +49,9 @@ typedef struct {
     qc_golden_state st;
 } lc_rec;
 
-/* ---- qc_check_lifecycle.c: the driver ---- */
+/* ---- qc_check_lifecycle_driver.c: the driver ---- */
 /* Open the driver for be on case gc in mode (static or dynamic). */
-qc_status lc_open(lc_rt *lc, ctx *c, qc_backend *be, const char *bname,
+qc_status lc_open(lc_rt *lc, ck_ctx *c, qc_backend *be, const char *bname,
                   const qc_golden_case *gc, qc_mode mode, qc_err *err);
 void lc_close(lc_rt *lc);
 qc_status lc_rec_init(lc_rt *lc, lc_rec *r, qc_err *err);
@@ -90,7 +90,7 @@ void lc_check_sequences(lc_rt *lc);
 /* ---- qc_check_lifecycle.c: the entry ---- */
 /* Every lifecycle check of one backend on one case (the cases and checks chosen in the file's
  * table); have[m]: the main run of mode m succeeded. */
-void ck_check_lifecycle(ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
+void ck_check_lifecycle(ck_ctx *c, qc_backend *be, const char *bname, const qc_golden_case *gc,
                         const int *have);
 
 #endif /* QC_CHECK_LIFECYCLE_H */

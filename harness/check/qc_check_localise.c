@@ -14,13 +14,8 @@
 /* localisation                                                                          */
 /* ===================================================================================== */
 
-const char *ck_layer_kind(const qc_config *cfg, int l) {
-    if (l < 0 || l >= cfg->n_layers) return "?";
-    return cfg->layer_types[l] == QC_LAYER_FULL ? "full_attention" : "linear_attention";
-}
-
 /* Hidden check + the localisation text for the (case, backend, mode) run. */
-int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap *hc,
+int ck_check_hidden(ck_ctx *c, const cmp_spec *base, const qc_golden_case *gc, ck_hcap *hc,
                     char *loc, size_t loclen, qc_localisation *where) {
     const qc_config *cfg = c->cfg;
     const int L = cfg->n_layers, T = gc->n_tokens, H = cfg->hidden_size;
@@ -105,7 +100,7 @@ int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap
     if (hc->moe && first_bad >= 1)
         ck_moe_localise(c, gc, hc->moe, hc, first_bad - 1, base->backend, base->mode, loc, loclen,
                         where);
-    partlist *pl = calloc(1, sizeof *pl);
+    ck_partlist *pl = calloc(1, sizeof *pl);
     if (!pl) {
         ck_emit_simple(c, gc->name, base->backend, base->mode, s.check, QC_VERDICT_ERROR,
                        "out of memory", NULL);
@@ -126,10 +121,10 @@ int ck_check_hidden(ctx *c, const cmp_spec *base, const qc_golden_case *gc, hcap
 
 /* When no hidden states localise: the lowest layer whose `when` ("prefill" / "decode") state
  * fails, appended to loc as an interval the data supports. */
-void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_case *gc,
+void ck_state_localisation(ck_ctx *c, const qc_golden_case *act, const qc_golden_case *gc,
                            const char *when, const char *backend, const char *mode, char *loc,
                            size_t loclen, qc_localisation *L) {
-    partlist *pl = calloc(1, sizeof *pl);
+    ck_partlist *pl = calloc(1, sizeof *pl);
     if (!pl) return;
     int dec = !strcmp(when, "decode");
     ck_add_state_parts(pl, c->cfg, when, -1, dec ? &act->decode_state : &act->prefill_state,
@@ -143,7 +138,7 @@ void ck_state_localisation(ctx *c, const qc_golden_case *act, const qc_golden_ca
  * state is right or wrong, so the text never names a single divergent layer: the divergence
  * began at or before the first layer with a failing state, after the last layer below it
  * whose states pass. */
-void ck_state_localise_parts(ctx *c, partlist *pl, const qc_golden_case *gc, const char *when,
+void ck_state_localise_parts(ck_ctx *c, ck_partlist *pl, const qc_golden_case *gc, const char *when,
                              const char *backend, const char *mode, char *loc, size_t loclen,
                              qc_localisation *L) {
     char case_id[256];
@@ -192,7 +187,7 @@ void ck_state_localise_parts(ctx *c, partlist *pl, const qc_golden_case *gc, con
     }
 }
 
-int ck_first_bad_logits_row(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+int ck_first_bad_logits_row(ck_ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
                             const char *backend, const char *mode, int prefill) {
     const int V = c->cfg->vocab_size;
     const int rows = prefill ? gc->n_tokens : gc->n_decode;
@@ -224,7 +219,7 @@ int ck_first_bad_logits_row(ctx *c, const qc_golden_case *gc, const qc_golden_ca
 /* The decode rows of ck_vs_golden_checks: decode.logits (with the decode-only localisation when
  * the prefill passed) and the decode states (localised by themselves when every logits row
  * passes). s and pl are the caller's (reused). */
-static void decode_checks(ctx *c, cmp_spec s, partlist *pl, const qc_golden_case *gc,
+static void decode_checks(ck_ctx *c, cmp_spec s, ck_partlist *pl, const qc_golden_case *gc,
                           const qc_golden_case *act, const char *backend, const char *mode,
                           const char *loc, const qc_localisation *L, const char *state_skip,
                           const char *decode_loc, const qc_localisation *decode_L,
@@ -296,7 +291,7 @@ static void decode_checks(ctx *c, cmp_spec s, partlist *pl, const qc_golden_case
     }
 }
 
-void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
+void ck_vs_golden_checks(ck_ctx *c, const qc_golden_case *gc, const qc_golden_case *act,
                          const char *backend, const char *mode, const char *dump_file,
                          const char *loc, const qc_localisation *L, const char *state_skip,
                          const char *decode_loc, const qc_localisation *decode_L) {
@@ -304,7 +299,7 @@ void ck_vs_golden_checks(ctx *c, const qc_golden_case *gc, const qc_golden_case 
     const int V = cfg->vocab_size;
     cmp_spec s = {.case_name = gc->name, .backend = backend, .mode = mode,
                   .vs_golden = 1, .loc_text = loc, .loc = L, .dump_file = dump_file};
-    partlist *pl = calloc(1, sizeof *pl);
+    ck_partlist *pl = calloc(1, sizeof *pl);
     if (!pl) {
         ck_emit_simple(c, gc->name, backend, mode, "prefill.logits", QC_VERDICT_ERROR,
                        "out of memory", NULL);

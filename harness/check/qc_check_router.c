@@ -241,7 +241,7 @@ void ck_router_tally_add(ck_router_tally *t, const qc_tol *tol, int L, int rows,
 /* the router_topk row                                                                   */
 /* ===================================================================================== */
 
-static void flip_text(const ctx *c, const ck_router_flip *f, int K, char *buf, size_t n) {
+static void flip_text(const ck_ctx *c, const ck_router_flip *f, int K, char *buf, size_t n) {
     char e[160], g[160];
     ids_str(f->expected, K, e, sizeof e);
     ids_str(f->got, K, g, sizeof g);
@@ -253,7 +253,7 @@ static void flip_text(const ctx *c, const ck_router_flip *f, int K, char *buf, s
              ck_layer_kind(c->cfg, f->layer), where, e, g, f->missing, f->extra, f->margin);
 }
 
-void ck_router_emit(ctx *c, const qc_golden_case *gc, const ck_router_tally *t,
+void ck_router_emit(ck_ctx *c, const qc_golden_case *gc, const ck_router_tally *t,
                     const char *backend, const char *mode, const char *loc) {
     const int K = c->cfg->n_experts_per_tok > CK_ROUTER_MAX_K ? CK_ROUTER_MAX_K
                                                               : c->cfg->n_experts_per_tok;
@@ -317,7 +317,7 @@ void ck_router_emit(ctx *c, const qc_golden_case *gc, const ck_router_tally *t,
 }
 
 /* The reason the router of gc cannot be checked on this run, or NULL. */
-static const char *router_skip(const ctx *c, const qc_golden_case *gc, const ck_moecap *mc) {
+static const char *router_skip(const ck_ctx *c, const qc_golden_case *gc, const ck_moecap *mc) {
     if (!qc_cfg_is_moe(c->cfg)) return "a dense model: no router";
     if (!gc->prefill_topk_ids && !gc->decode_topk_ids)
         return "the golden has no router datasets (prefill/router, decode/router)";
@@ -369,7 +369,7 @@ static long malformed_rows(const ck_moecap *mc, int E, int T, char *buf, size_t 
     return bad;
 }
 
-void ck_check_router(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, const char *backend,
+void ck_check_router(ck_ctx *c, const qc_golden_case *gc, const ck_moecap *mc, const char *backend,
                      const char *mode, const char *loc) {
     const char *skip = router_skip(c, gc, mc);
     if (skip) {
@@ -451,7 +451,7 @@ static int moe_in_close(const ck_moecap *mc, int l, int T, const float *g, const
 
 /* The router of layer l on the prompt rows: first flip (any margin) into f, or the worst weight
  * difference; 1 flip found, 2 weights differ, 0 agree, -1 not traced. */
-static int layer_router(const ctx *c, const qc_golden_case *gc, const ck_moecap *mc, int l,
+static int layer_router(const ck_ctx *c, const qc_golden_case *gc, const ck_moecap *mc, int l,
                         const qc_tol *tol, ck_router_tally *t) {
     if (!gc->prefill_topk_ids) return -1;
     const int T = gc->n_tokens;
@@ -476,7 +476,7 @@ static int layer_router(const ctx *c, const qc_golden_case *gc, const ck_moecap 
 }
 
 /* The prompt row where hidden[l + 1] differs most from the golden (0 without data). */
-static int worst_out_row(const qc_golden_case *gc, const hcap *hc, int l) {
+static int worst_out_row(const qc_golden_case *gc, const ck_hcap *hc, int l) {
     if (!hc || !hc->hidden || !gc->prefill_hidden || l + 1 >= hc->L1) return 0;
     const size_t TH = (size_t)hc->T * hc->H;
     const float *a = hc->hidden + (size_t)(l + 1) * TH, *g = gc->prefill_hidden + (size_t)(l + 1) * TH;
@@ -491,7 +491,7 @@ static int worst_out_row(const qc_golden_case *gc, const hcap *hc, int l) {
     return w;
 }
 
-void ck_moe_localise(ctx *c, const qc_golden_case *gc, const ck_moecap *mc, const hcap *hc,
+void ck_moe_localise(ck_ctx *c, const qc_golden_case *gc, const ck_moecap *mc, const ck_hcap *hc,
                      int l, const char *backend, const char *mode, char *loc, size_t loclen,
                      qc_localisation *L) {
     if (!mc || !gc->prefill_moe_in || l < 0 || l >= mc->L) return;

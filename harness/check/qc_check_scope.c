@@ -51,6 +51,22 @@ static int rerun_add(rerun_set *rs, const char *stem, const char *cname, const c
     return 0;
 }
 
+/* 1 when check compares a built-in with the reference built-in (qc_builtin_info.vs_reference:
+ * the reference's run of that combination is rerun too). */
+static int is_vs_reference(const char *check) {
+    for (int i = 0; i < qc_registry_n_builtins(); i++) {
+        const char *v = qc_registry_builtin(i)->vs_reference;
+        if (v && !strcmp(v, check)) return 1;
+    }
+    return 0;
+}
+
+/* The reference built-in's name ("-": none, which matches no run). */
+static const char *ref_name(void) {
+    const qc_builtin_info *r = qc_registry_reference();
+    return r ? r->name : "-";
+}
+
 static int rerun_field(const char *want, const char *have) {
     return !strcmp(want, "*") || !strcmp(want, have);
 }
@@ -120,7 +136,7 @@ qc_status ckcli_rerun_load(const char *path, rerun_set *rs, qc_err *err) {
         const char *check = cJSON_IsString(ck) ? ck->valuestring : "";
         int bad = rerun_add(rs, v[0], v[1], v[2], v[3]);
         if (!bad && !strcmp(check, "static_eq_dynamic")) bad = rerun_add(rs, v[0], v[1], v[2], "static");
-        if (!bad && !strcmp(check, "opt_eq_ref")) bad = rerun_add(rs, v[0], v[1], "reference", v[3]);
+        if (!bad && is_vs_reference(check)) bad = rerun_add(rs, v[0], v[1], ref_name(), v[3]);
         if (bad) s = qc_errf(err, QC_ERR_OOM, "--rerun-failed: out of memory");
     }
     cJSON_Delete(root);

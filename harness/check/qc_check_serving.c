@@ -98,14 +98,14 @@ static int pick_case(qc_golden *g, const int *sel, int max_t, int exclude) {
 }
 
 /* The |d lp| limit and tie of a case at its last prompt position. */
-static double case_limit(ctx *c, qc_server *srv, const qc_golden_case *gc,
+static double case_limit(ck_ctx *c, qc_server *srv, const qc_golden_case *gc,
                          qc_topk_lim *lim) {
     ck_topk_limits(c, gc->name, qc_server_k(srv), lim);
     const float *g = ck_golden_row(gc, c->cfg->vocab_size, gc->start_pos + gc->n_tokens - 1);
     return g ? qc_topk_lp_limit(lim, g, c->cfg->vocab_size) : 2 * lim->lp_atol;
 }
 
-static void repeat_determinism(ctx *c, qc_server *srv, const qc_golden_case *gc, int n) {
+static void repeat_determinism(ck_ctx *c, qc_server *srv, const qc_golden_case *gc, int n) {
     const char *be = c->o->ext.name;
     qc_topk_lim lim;
     double ll = case_limit(c, srv, gc, &lim);
@@ -145,7 +145,7 @@ static void repeat_determinism(ctx *c, qc_server *srv, const qc_golden_case *gc,
 
 /* A (case a), B (case b), C (the first 2/3 of A then B's tokens: shares A's prefix), and three
  * copies of A, all in flight at once, each against its solo answer. */
-static void concurrent_isolation(ctx *c, qc_server *srv, const qc_golden_case *ga, int na,
+static void concurrent_isolation(ck_ctx *c, qc_server *srv, const qc_golden_case *ga, int na,
                                  const qc_golden_case *gb, int nb) {
     const char *be = c->o->ext.name;
     qc_topk_lim lim;
@@ -220,7 +220,7 @@ static int prefix_lengths(int block, int chunk, int max_p, int *out, int cap) {
 
 /* One (P, Q): P warm, then P+Q (the cache hit) against the golden and against a cold P+Q.
  * Returns 1 when it passes; fills what on failure; *hit: cached tokens of P+Q (-1: unknown). */
-static int prefix_pair(ctx *c, qc_server *srv, const qc_golden_case *gc, int P, int Q,
+static int prefix_pair(ck_ctx *c, qc_server *srv, const qc_golden_case *gc, int P, int Q,
                        const qc_topk_lim *lim, double ll, long *hit, int *gone, char *what,
                        size_t wn) {
     qc_score sc[3];
@@ -263,7 +263,7 @@ out:
     return ok;
 }
 
-static void prefix_cache(ctx *c, qc_server *srv, const qc_golden_case *gc) {
+static void prefix_cache(ck_ctx *c, qc_server *srv, const qc_golden_case *gc) {
     const char *be = c->o->ext.name;
     qc_topk_lim lim;
     double ll = case_limit(c, srv, gc, &lim);
@@ -308,7 +308,7 @@ static void prefix_cache(ctx *c, qc_server *srv, const qc_golden_case *gc) {
     ck_emit_simple(c, "_serving", be, CK_SERVED, "prefix_cache", v, kl, NULL);
 }
 
-static void long_prompt_chunks(ctx *c, qc_server *srv, const qc_golden_case *gc) {
+static void long_prompt_chunks(ck_ctx *c, qc_server *srv, const qc_golden_case *gc) {
     const char *be = c->o->ext.name;
     int chunk = qc_server_chunk(srv), n = gc->start_pos + gc->n_tokens;
     char kl[KL_LEN], why[900] = "";
@@ -348,7 +348,7 @@ static void long_prompt_chunks(ctx *c, qc_server *srv, const qc_golden_case *gc)
     free(seq);
 }
 
-void ck_serving_battery(ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
+void ck_serving_battery(ck_ctx *c, qc_server *srv, qc_golden *g, const int *sel) {
     qc_err err;
     /* A: the longest case of at most 300 tokens from position 0, else the first 300 tokens of a
      * longer one; B: a shorter case, else A's first half (a different length) */

@@ -83,33 +83,70 @@ name_buf ck_dump_name(const char *name) {
     return b;
 }
 
+/* The slots: the registry's built-in backends in table order, then the runtime under test;
+ * which of them run (--backend; by default every built-in). With calibration, the sink gets
+ * one entry per slot (named by the registry, "external" for the runtime under test) on the
+ * first run. 0 on out of memory. */
+int ck_slots_make(ck_ctx *c) {
+    const qc_check_opts *o = c->o;
+    const int nb = qc_registry_n_builtins();
+    c->n_slots = nb + 1;
+    c->ext_slot = nb;
+    c->ref_slot = -1;
+    c->slot = calloc((size_t)c->n_slots, sizeof *c->slot);
+    if (!c->slot) return 0;
+    for (int i = 0; i < nb; i++) {
+        ck_slot *s = &c->slot[i];
+        s->builtin = qc_registry_builtin(i);
+        s->name = s->builtin->name;
+        s->asked = i < 32 && ((o->builtins >> i) & 1u);
+        s->run = o->builtins ? s->asked : !o->has_ext;
+        if ((s->builtin->roles & QC_BUILTIN_REFERENCE) && c->ref_slot < 0) c->ref_slot = i;
+    }
+    ck_slot *x = &c->slot[c->ext_slot];
+    x->name = o->has_ext ? o->ext.name : NULL;
+    x->asked = x->run = o->has_ext;
+    if (c->cal && !c->cal->slot) {
+        c->cal->slot = calloc((size_t)c->n_slots, sizeof *c->cal->slot);
+        if (!c->cal->slot) return 0;
+        c->cal->n_slots = c->n_slots;
+        for (int i = 0; i < c->n_slots; i++)
+            snprintf(c->cal->slot[i].name, sizeof c->cal->slot[i].name, "%s",
+                     c->slot[i].builtin ? c->slot[i].builtin->name : "external");
+    }
+    return 1;
+}
+
 /* One backend of a slot: by the registry, with the test-only fault wrapper on the built-ins,
  * the other-thread-count twin when the backend honours threads, and the capabilities row of a
- * runtime under test (a FAIL when --require names one it lacks). */
-void ck_create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const qc_model *model,
+ * runtime under test (a FAIL when --require names one it lacks). A built-in without the threads
+ * capability runs at its default thread count; the others at --threads. */
+void ck_create_slot(ck_ctx *c, ck_backends *bs, int bi, const char *model_dir, const qc_model *model,
                         const qc_model *use_model, int maxctx) {
-    const char *bname = c->slot_name[bi];
+    const ck_slot *sl = &c->slot[bi];
+    const qc_builtin_info *bin = sl->builtin; /* NULL: the runtime under test */
+    const char *bname = sl->name;
     qc_runtime_spec builtin_rs;
     const qc_runtime_spec *rs = &c->o->ext;
-    if (bi != QC_CK_EXT) {
-        qc_registry_parse(bname, 0, &builtin_rs, NULL);
+    if (bin) {
+        qc_registry_parse(bin->name, 0, &builtin_rs, NULL);
         rs = &builtin_rs;
     }
     qc_backend_opts bo;
     qc_backend_opts_default(&bo);
     bo.max_tokens = maxctx;
-    bo.n_threads = bi == QC_CK_REF ? 0 : c->o->threads;
+    bo.n_threads = bin && !(bin->caps & QC_BE_CAP_THREADS) ? 0 : c->o->threads;
     qc_err err;
     qc_err_clear(&err);
     /* faults are for the built-in self-test; a runtime under test loads its own model */
-    const qc_model *m = bi == QC_CK_EXT ? model : use_model;
+    const qc_model *m = bin ? use_model : model;
     qc_status s = qc_registry_create(rs, model_dir, m, &bo, &bs->be[bi], &err);
-    if (s == QC_OK && bi != QC_CK_EXT && c->o->faults.stale_conv_state)
+    if (s == QC_OK && bin && c->o->faults.stale_conv_state)
         s = ck_stale_wrap(bs->be[bi], &bs->be[bi], &err);
-    if (s == QC_OK && bi != QC_CK_EXT) s = ck_state_faults_apply(&c->o->faults, &bs->be[bi], &err);
+    if (s == QC_OK && bin) s = ck_state_faults_apply(&c->o->faults, &bs->be[bi], &err);
     if (s != QC_OK) {
         bs->be[bi] = NULL;
-        if (c->o->backends & (1 << bi))
+        if (sl->asked)
             ck_emit_simple(c, "_model", bname, "-", "create", ck_failed_run_verdict(s), err.msg, NULL);
         else if (c->o->quiet < QC_QUIET_ALL)
             fprintf(stderr, "qwen-conform: %s backend not available (%s); checking the others\n",
@@ -117,28 +154,29 @@ void ck_create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const q
         return;
     }
     qc_backend *be = bs->be[bi];
-    if (bi == QC_CK_OPT && be->describe)
+    const int names_isa = bin && (bin->roles & QC_BUILTIN_NAMES_ISA);
+    if (names_isa && be->describe)
         snprintf(c->res->isa, sizeof c->res->isa, "%s", be->describe(be));
     if (be->caps & QC_BE_CAP_THREADS) {
         bo.n_threads = c->o->threads == 1 ? 2 : 1;
         qc_err_clear(&err);
         if (qc_registry_create(rs, model_dir, m, &bo, &bs->alt[bi], &err) == QC_OK &&
-            bi != QC_CK_EXT && c->o->faults.stale_conv_state)
+            bin && c->o->faults.stale_conv_state)
             ck_stale_wrap(bs->alt[bi], &bs->alt[bi], &err);
         else if (!bs->alt[bi])
             ck_emit_simple(c, "_model", bname, "-", "create_threads", ck_failed_run_verdict(err.code),
                            err.msg, NULL);
-        if (bs->alt[bi] && bi != QC_CK_EXT &&
+        if (bs->alt[bi] && bin &&
             ck_state_faults_apply(&c->o->faults, &bs->alt[bi], &err) != QC_OK)
             bs->alt[bi] = NULL;
-        if (bi == QC_CK_OPT && bs->alt[bi] && bs->alt[bi]->describe &&
+        if (names_isa && bs->alt[bi] && bs->alt[bi]->describe &&
             bs->alt[bi]->opts.n_threads > 1)
             snprintf(c->res->isa, sizeof c->res->isa, "%s", bs->alt[bi]->describe(bs->alt[bi]));
     }
     /* capabilities */
     unsigned caps = be->caps | (be->max_tokens_per_call != 1 ? QC_REMOTE_CAP_DYNAMIC : 0);
     unsigned missing = c->o->require & ~caps;
-    if (bi == QC_CK_EXT || c->o->require) {
+    if (!bin || c->o->require) {
         char have[256], miss[256], key[900];
         qc_cap_list(caps, have, sizeof have);
         qc_cap_list(missing, miss, sizeof miss);
@@ -163,7 +201,7 @@ void ck_create_slot(ctx *c, backends *bs, int bi, const char *model_dir, const q
 }
 
 /* Write the actual tensors of one backend x mode in the golden layout. */
-void ck_dump_actual(ctx *c, const qc_golden *g, qc_golden_case *cases, int n, const char *path) {
+void ck_dump_actual(ck_ctx *c, const qc_golden *g, qc_golden_case *cases, int n, const char *path) {
     qc_golden *d = calloc(1, sizeof *d);
     if (!d) return;
     *d = *g;

@@ -15,7 +15,7 @@
 /* ===================================================================================== */
 
 /* A row "<check>.<metric>": value compared with limit (upper: value <= limit, else >=). */
-static void tier_row(ctx *c, const cmp_spec *s, const qc_tier_gate *g, const char *scope,
+static void tier_row(ck_ctx *c, const cmp_spec *s, const qc_tier_gate *g, const char *scope,
                      const char *metric, double value, double limit, int upper, long rows,
                      const char *what, const char *worst) {
     char check[96];
@@ -40,7 +40,7 @@ static void tier_row(ctx *c, const cmp_spec *s, const qc_tier_gate *g, const cha
 /* the rows of one logits comparison                                                     */
 /* ===================================================================================== */
 
-void ck_tier_rows(ctx *c, const cmp_spec *s, const partlist *pl) {
+void ck_tier_rows(ck_ctx *c, const cmp_spec *s, const ck_partlist *pl) {
     const qc_tier_gate *g = qc_policy_tier(c->pol);
     if (!g || !g->dist) return;
     /* the limits measured on this golden when the tier has them, else the tier's */
@@ -92,7 +92,7 @@ void ck_tier_rows(ctx *c, const cmp_spec *s, const partlist *pl) {
     qc_dist_free(&m);
 }
 
-double ck_tier_nmse(const ctx *c, const cmp_spec *s, const partlist *pl) {
+double ck_tier_nmse(const ck_ctx *c, const cmp_spec *s, const ck_partlist *pl) {
     const qc_tier_gate *g = qc_policy_tier(c->pol);
     if (!g || !s->vs_golden || s->bitwise || pl->n == 0) return 0.0;
     return qc_tier_nmse_limit(g, c->stem, pl->p[0].d.cls);

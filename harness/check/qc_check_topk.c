@@ -136,7 +136,7 @@ void ck_tf_tally(const qc_golden_case *gc, int V, const qc_topk_lim *lim, const 
 }
 
 /* The checks a top-k-only runtime cannot take: SKIPPED with the reason. */
-static void topk_only_skips(ctx *c, const qc_golden_case *gc, const char *bname, qc_mode mode) {
+static void topk_only_skips(ck_ctx *c, const qc_golden_case *gc, const char *bname, qc_mode mode) {
     static const char *const names[] = {
         "prefill.logits",        "decode.logits",           "prefill.hidden",
         "prefill.k_cache",       "prefill.v_cache",         "prefill.conv_state",
@@ -159,7 +159,7 @@ static void topk_only_skips(ctx *c, const qc_golden_case *gc, const char *bname,
     }
 }
 
-int ck_topk_runtime_mode(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+int ck_topk_runtime_mode(ck_ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
                          const char *bname, qc_golden_case *act) {
     static const char *const rows[4] = {"topk.argmax", "topk.logprob", "topk.top1_in_k",
                                         "topk.overlap"};

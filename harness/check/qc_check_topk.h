@@ -61,7 +61,7 @@ void ck_tf_tally_rows(const qc_golden_case *gc, int V, const qc_topk_lim *lim, i
 
 /* qc_check_http.c: the rows topk.argmax, topk.logprob, topk.top1_in_k, topk.overlap of one
  * case from its tally (all four FAIL with res->fail when it is set). */
-void ck_topk_emit_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *lim,
+void ck_topk_emit_rows(ck_ctx *c, const qc_golden_case *gc, const qc_topk_lim *lim,
                        const ck_tf_result *r, const char *be, const char *mode);
 
 /* A runtime that returns top-k log-probabilities only (QC_BE_CAP_TOPK_ONLY: a plugin's or an
@@ -72,7 +72,7 @@ void ck_topk_emit_rows(ctx *c, const qc_golden_case *gc, const qc_topk_lim *lim,
  * logits, hidden states or the state SKIPPED ("capability 'topk_only' ..."). 1 when act holds
  * the run (free with qc_case_free), 0 otherwise. */
 #define CK_TOPK_DEFAULT QC_RUNCASE_TOPK_DEFAULT
-int ck_topk_runtime_mode(ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
+int ck_topk_runtime_mode(ck_ctx *c, qc_backend *be, const qc_golden_case *gc, qc_mode mode,
                          const char *bname, qc_golden_case *act);
 
 #endif /* QC_CHECK_TOPK_H */

@@ -38,7 +38,6 @@ static void cell_json(cJSON *o, const char *cls, const calib_cell *c) {
     cJSON_AddStringToObject(j, "max_abs_at", c->where);
 }
 
-static const char *const calib_slot_names[QC_CK_SLOTS] = {"reference", "optimized", "external"};
 static const char *const calib_kinds[2] = {"vs_golden", "consistency"};
 
 /* ---- running the cases ---- */
@@ -97,12 +96,13 @@ static cJSON *calib_measurements_json(const calib_sink *cs, const qc_results *re
         "softmax(actual)) in nats. Suggested tolerance = factor x max (factor^2 for KL), "
         "rounded up to a 1-2-5 step.");
     cJSON *meas = cJSON_AddObjectToObject(root, "measurements");
-    for (int b = 0; b < QC_CK_SLOTS; b++) {
-        cJSON *bj = cJSON_AddObjectToObject(meas, calib_slot_names[b]);
+    for (int b = 0; b < cs->n_slots; b++) { /* the engine's slots: registry names, "external" */
+        cJSON *bj = cJSON_AddObjectToObject(meas, cs->slot[b].name);
         for (int k = 0; k < 2; k++) {
             cJSON *kj = cJSON_AddObjectToObject(bj, calib_kinds[k]);
             for (int cl = 0; cl < QC_TC_COUNT; cl++)
-                if (cs->c[b][k][cl].n > 0) cell_json(kj, qc_tclass_str((qc_tclass)cl), &cs->c[b][k][cl]);
+                if (cs->slot[b].c[k][cl].n > 0)
+                    cell_json(kj, qc_tclass_str((qc_tclass)cl), &cs->slot[b].c[k][cl]);
         }
     }
     return root;
@@ -211,13 +211,13 @@ static int calib_write(const calib_sink *cs, cJSON *root, cJSON *pj, const char 
             rc = qc_cli_fail(prog, &err);
         /* human summary on stderr */
         fprintf(stderr, "%s: measured noise (max_abs / max_rel) per class:\n", prog);
-        for (int b = 0; b < QC_CK_SLOTS; b++)
+        for (int b = 0; b < cs->n_slots; b++)
             for (int k = 0; k < 2; k++)
                 for (int cl = 0; cl < QC_TC_COUNT; cl++) {
-                    const calib_cell *ce = &cs->c[b][k][cl];
+                    const calib_cell *ce = &cs->slot[b].c[k][cl];
                     if (ce->n == 0) continue;
                     fprintf(stderr, "  %-9s %-11s %-15s max_abs %.3g max_rel %.3g%s (at %s)\n",
-                            calib_slot_names[b], calib_kinds[k], qc_tclass_str((qc_tclass)cl),
+                            cs->slot[b].name, calib_kinds[k], qc_tclass_str((qc_tclass)cl),
                             ce->max_abs, ce->max_rel, "", ce->where);
                 }
     } else {
@@ -290,6 +290,7 @@ int qc_cmd_calibrate(int argc, char **argv) {
         cJSON_Delete(pj);
     }
     qc_results_free(&res);
+    free(cs->slot);
     free(cs);
     qc_policy_free(pol);
     ckcli_opts_free(&o);

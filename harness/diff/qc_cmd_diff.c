@@ -65,7 +65,7 @@ static const char *rel_of(const char *path, const char *root) {
 
 /* Every golden under gdir paired with adir/<relative path>; ACTUAL files with no golden and
  * golden files with no ACTUAL are reported (ERROR / FAIL rows). */
-static void diff_dirs(ctx *c, diff_opts *d, const char *gdir, const char *adir) {
+static void diff_dirs(ck_ctx *c, diff_opts *d, const char *gdir, const char *adir) {
     char **gp = NULL, **ap = NULL;
     int ng = 0, na = 0;
     qc_err err;
@@ -234,7 +234,7 @@ int qc_cmd_diff(int argc, char **argv) {
     snprintf(res.policy, sizeof res.policy, "%s", qc_policy_describe(pol));
     ckcli_policy_scope_warnings(pol, da.files[0], &res);
     qc_report_console_warnings(stderr, &res, "qwen-conform");
-    ctx c;
+    ck_ctx c;
     memset(&c, 0, sizeof c);
     c.o = &o;
     c.pol = pol;

@@ -44,7 +44,7 @@ static int qd_ids_differ(const char *casepath, const char *what, const int32_t *
 
 /* The inputs the ACTUAL recorded (each optional) against the golden's: 1 when they agree,
  * else an ERROR row naming the input, the first differing index and both values. */
-static int qd_inputs(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
+static int qd_inputs(ck_ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
                      const qc_actual_case *ac) {
     char casepath[1200], msg[1400] = "";
     snprintf(casepath, sizeof casepath, "%s: /cases/%s", a->path, gc->name);
@@ -88,7 +88,7 @@ static int qd_inputs(ctx *c, const diff_opts *d, const qc_actual *a, const qc_go
 
 /* The prefill logits parts: one per run of consecutive rows the ACTUAL has. 0, or -1 when
  * there are more runs than parts. */
-static int qd_logit_parts(partlist *pl, const qc_config *cfg, const qc_golden_case *gc,
+static int qd_logit_parts(ck_partlist *pl, const qc_config *cfg, const qc_golden_case *gc,
                           const qc_actual_case *ac) {
     const int V = cfg->vocab_size;
     for (int i = 0; i < ac->n_rows;) {
@@ -107,7 +107,7 @@ static int qd_logit_parts(partlist *pl, const qc_config *cfg, const qc_golden_ca
 /* The state parts of class cls (every class when cls < 0) at `when`: the tensors the ACTUAL
  * has. *n_want / *n_have count the golden's tensors of the class and those the ACTUAL has.
  * A K-1-column conv state is compared with the golden's K-1 newest columns (sliced into sc). */
-static void qd_state_parts(partlist *pl, const qc_config *cfg, const char *when, int cls,
+static void qd_state_parts(ck_partlist *pl, const qc_config *cfg, const char *when, int cls,
                            const qc_golden_state *a, const qc_golden_state *g, int conv_cols,
                            qd_scratch *sc, int *n_want, int *n_have) {
     const int K = cfg->conv_kernel, C = qc_cfg_conv_dim(cfg);
@@ -152,7 +152,7 @@ static void qd_state_parts(partlist *pl, const qc_config *cfg, const char *when,
 
 /* One row per state class at `when`: compared, or SKIPPED with why (skip != NULL, the
  * golden or the ACTUAL has none). */
-static void qd_state_rows(ctx *c, cmp_spec *s, partlist *pl, const char *when,
+static void qd_state_rows(ck_ctx *c, cmp_spec *s, ck_partlist *pl, const char *when,
                           const qc_golden_state *a, const qc_golden_state *g,
                           const qc_actual_case *ac, const char *skip, qd_scratch *sc) {
     const qc_config *cfg = c->cfg;
@@ -201,7 +201,7 @@ static void qd_state_rows(ctx *c, cmp_spec *s, partlist *pl, const char *when,
 /* ===================================================================================== */
 
 /* The argmax row over the prefill parts (already in pl) and the first n_dec decode rows. */
-static void qd_argmax(ctx *c, const cmp_spec *s, const partlist *pl, const qc_golden_case *gc,
+static void qd_argmax(ck_ctx *c, const cmp_spec *s, const ck_partlist *pl, const qc_golden_case *gc,
                       const qc_actual_case *ac, int n_dec, const char *loc) {
     const int V = c->cfg->vocab_size;
     const double tie = qc_policy_tie_margin(c->pol);
@@ -234,7 +234,7 @@ static void qd_argmax(ctx *c, const cmp_spec *s, const partlist *pl, const qc_go
 }
 
 /* The first of the decode rows [0, n) over tolerance (-1: none). */
-static int qd_first_bad_decode_row(ctx *c, const cmp_spec *s, const qc_golden_case *gc,
+static int qd_first_bad_decode_row(ck_ctx *c, const cmp_spec *s, const qc_golden_case *gc,
                                    const qc_actual_case *ac, int n) {
     const int V = c->cfg->vocab_size;
     char case_id[256];
@@ -257,7 +257,7 @@ static int qd_first_bad_decode_row(ctx *c, const cmp_spec *s, const qc_golden_ca
 
 /* The decode checks: decode.tokens (a greedy run that left the golden's tokens), decode.logits
  * on the comparable steps with the decode-only localisation, the decode states. */
-static void qd_decode(ctx *c, cmp_spec *s, partlist *pl, const qc_golden_case *gc,
+static void qd_decode(ck_ctx *c, cmp_spec *s, ck_partlist *pl, const qc_golden_case *gc,
                       const qc_actual_case *ac, int n_dec, qc_verdict prefill_v, qd_scratch *sc) {
     const int V = c->cfg->vocab_size, S = gc->n_decode;
     char why[320] = "";
@@ -323,8 +323,8 @@ static void qd_decode(ctx *c, cmp_spec *s, partlist *pl, const qc_golden_case *g
 
 /* Localisation of a prefill failure: the hidden states (a hidden row), else the interval the
  * state buffers support, else a note that nothing can be named. */
-static void qd_localise(ctx *c, const cmp_spec *base, const qc_golden_case *gc,
-                        const qc_actual_case *ac, partlist *pl, qd_scratch *sc, char *loc,
+static void qd_localise(ck_ctx *c, const cmp_spec *base, const qc_golden_case *gc,
+                        const qc_actual_case *ac, ck_partlist *pl, qd_scratch *sc, char *loc,
                         size_t n, qc_localisation *where) {
     const qc_config *cfg = c->cfg;
     const int L = cfg->n_layers, T = gc->n_tokens;
@@ -334,7 +334,7 @@ static void qd_localise(ctx *c, const cmp_spec *base, const qc_golden_case *gc,
         unsigned char *seen = malloc((size_t)(L + 1) * T);
         if (seen) {
             memset(seen, 1, (size_t)(L + 1) * T);
-            hcap hc = {.hidden = ac->prefill_hidden, .seen = seen, .L1 = L + 1, .T = T,
+            ck_hcap hc = {.hidden = ac->prefill_hidden, .seen = seen, .L1 = L + 1, .T = T,
                        .H = cfg->hidden_size, .lo = gc->start_pos};
             localised = ck_check_hidden(c, base, gc, &hc, loc, n, where);
             free(seen);
@@ -365,7 +365,7 @@ static void qd_localise(ctx *c, const cmp_spec *base, const qc_golden_case *gc,
                  "no prefill/state: no layer can be named from this data)");
 }
 
-void qd_case(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
+void qd_case(ck_ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
              const qc_actual_case *ac) {
     if (ac->note[0]) {
         qc_results_warn(c->res, "%s", ac->note);
@@ -377,7 +377,7 @@ void qd_case(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_cas
         if (qc_cfg_is_moe(c->cfg)) qd_router(c, d, gc, ac);
         return;
     }
-    partlist *pl = calloc(1, sizeof *pl);
+    ck_partlist *pl = calloc(1, sizeof *pl);
     qd_scratch *sc = calloc(1, sizeof *sc);
     if (!pl || !sc) {
         ck_emit_simple(c, gc->name, d->label, "file", "prefill.logits", QC_VERDICT_ERROR,

@@ -15,12 +15,12 @@
 /* telling the two files apart                                                           */
 /* ===================================================================================== */
 
-static void qd_file_error(ctx *c, const diff_opts *d, const char *msg) {
+static void qd_file_error(ck_ctx *c, const diff_opts *d, const char *msg) {
     ck_emit_simple(c, "_file", d->label, "file", "read", QC_VERDICT_ERROR, msg,
                    qc_strdup_printf("%s", msg));
 }
 
-static void qd_warn(ctx *c, const char *msg) {
+static void qd_warn(ck_ctx *c, const char *msg) {
     qc_results_warn(c->res, "%s", msg);
     fprintf(stderr, "qwen-conform: warning: %s\n", msg);
 }
@@ -60,7 +60,7 @@ static int qd_identical_logits(qc_golden *g, qc_actual *a) {
 /* A golden passed as the ACTUAL (its generator's signature, and: its logits bit-identical to
  * the golden's, another model's config, or a float32 GOLDEN: the two swapped): an ERROR row,
  * returns 1. The signature alone (a golden copied and its tensors replaced) is a warning. */
-static int qd_golden_as_actual(ctx *c, const diff_opts *d, qc_golden *g, qc_actual *a) {
+static int qd_golden_as_actual(ck_ctx *c, const diff_opts *d, qc_golden *g, qc_actual *a) {
     if (!qd_looks_golden(a)) return 0;
     int swapped = strcmp(g->compute_dtype, "float64") != 0;
     int other = 0;
@@ -90,7 +90,7 @@ static int qd_golden_as_actual(ctx *c, const diff_opts *d, qc_golden *g, qc_actu
 }
 
 /* The golden, opened lazily; an ERROR row (with a hint when it looks like an ACTUAL) else. */
-static qc_golden *qd_open_golden(ctx *c, const diff_opts *d, const char *gpath,
+static qc_golden *qd_open_golden(ck_ctx *c, const diff_opts *d, const char *gpath,
                                  const char *apath) {
     qc_golden *g = NULL;
     qc_err err;
@@ -123,7 +123,7 @@ static qc_golden *qd_open_golden(ctx *c, const diff_opts *d, const char *gpath,
 
 /* The model_hash row: the ACTUAL's config_json / hashes (each optional) against the golden's.
  * Returns 0 when the ACTUAL's config is another model's (nothing else can be compared). */
-static int qd_provenance(ctx *c, const diff_opts *d, const qc_golden *g, const qc_actual *a) {
+static int qd_provenance(ck_ctx *c, const diff_opts *d, const qc_golden *g, const qc_actual *a) {
     char key[320], det[1200] = "";
     if (a->notes[0]) qd_warn(c, a->notes);
     if (a->config_json) {
@@ -186,7 +186,7 @@ static int qd_selected(const diff_opts *d, const char *name) {
 }
 
 /* ACTUAL cases with no golden case: an ERROR row naming them. */
-static void qd_unknown_cases(ctx *c, const diff_opts *d, const qc_golden *g, const qc_actual *a) {
+static void qd_unknown_cases(ck_ctx *c, const diff_opts *d, const qc_golden *g, const qc_actual *a) {
     char names[1200] = "";
     size_t o = 0;
     int n = 0;
@@ -211,7 +211,7 @@ static void qd_unknown_cases(ctx *c, const diff_opts *d, const qc_golden *g, con
 
 /* The golden cases (selected by --cases) missing from the ACTUAL: one FAIL row naming them,
  * or a PASS row saying every one is there. */
-static void qd_coverage(ctx *c, const diff_opts *d, const qc_golden *g, const qc_actual *a) {
+static void qd_coverage(ck_ctx *c, const diff_opts *d, const qc_golden *g, const qc_actual *a) {
     char names[1200] = "";
     size_t o = 0;
     int n = 0, sel = 0;
@@ -240,7 +240,7 @@ static void qd_coverage(ctx *c, const diff_opts *d, const qc_golden *g, const qc
     }
 }
 
-void qd_file(ctx *c, diff_opts *d, const char *gpath, const char *apath, const char *stem) {
+void qd_file(ck_ctx *c, diff_opts *d, const char *gpath, const char *apath, const char *stem) {
     c->stem = stem;
     c->g = NULL;
     c->t_row = ck_wall();

@@ -24,22 +24,22 @@ typedef struct {
 } diff_opts;
 
 /* One GOLDEN x ACTUAL pair: every row into c->res (c->g, c->cfg, c->stem are set here). */
-void qd_file(ctx *c, diff_opts *d, const char *golden_path, const char *actual_path,
+void qd_file(ck_ctx *c, diff_opts *d, const char *golden_path, const char *actual_path,
              const char *stem);
 
 /* The checks of one case: golden case gc (loaded) against ACTUAL case ac (loaded). */
-void qd_case(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
+void qd_case(ck_ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
              const qc_actual_case *ac);
 
 /* qc_diff_router.c: the router_topk row of one case (a MoE model's router choices; decode
  * rows up to the first decode token that left the golden's path). SKIPPED with the reason
  * when either file has no router datasets (or the model is dense: qd_file, once per file). */
-void qd_router(ctx *c, const diff_opts *d, const qc_golden_case *gc, const qc_actual_case *ac);
+void qd_router(ck_ctx *c, const diff_opts *d, const qc_golden_case *gc, const qc_actual_case *ac);
 
 /* qc_diff_tokens.c: the decode.tokens row of a case. Returns the decode steps whose rows are
  * comparable: S, or the first step where the ACTUAL fed another token than the golden (a FAIL
  * row). S without decode/tokens or without decode rows (logits, or top-k in a top-k case). */
-int qd_decode_tokens(ctx *c, const cmp_spec *s, const qc_golden_case *gc,
+int qd_decode_tokens(ck_ctx *c, const cmp_spec *s, const qc_golden_case *gc,
                      const qc_actual_case *ac);
 
 /* qc_diff_topk.c: a top-k case (no prefill/logits; prefill/topk and maybe decode/topk,
@@ -47,7 +47,7 @@ int qd_decode_tokens(ctx *c, const cmp_spec *s, const qc_golden_case *gc,
  * topk.top1_in_k, topk.overlap, with check's limits and verdicts (qc_check_topk.h) on every
  * prompt position and the comparable decode steps. The case's other tensors are not compared
  * (a warning names them). */
-void qd_topk(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
+void qd_topk(ck_ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
              const qc_actual_case *ac);
 
 #endif /* QC_DIFF_INTERNAL_H */

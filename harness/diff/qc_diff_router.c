@@ -27,7 +27,7 @@ static void *first_rows(const void *src, size_t esz, int L, int S, int n, int w)
 }
 
 /* Decode rows [0, n) of S: the tally of the golden's against the ACTUAL's. 0, or -1 (OOM). */
-static int add_decode(ctx *c, ck_router_tally *t, const qc_tol *tol, const qc_golden_case *gc,
+static int add_decode(ck_ctx *c, ck_router_tally *t, const qc_tol *tol, const qc_golden_case *gc,
                       const qc_actual_case *ac, int n) {
     const qc_config *cfg = c->cfg;
     const int L = cfg->n_layers, K = cfg->n_experts_per_tok, S = gc->n_decode;
@@ -81,7 +81,7 @@ static int comparable_steps(const qc_golden_case *gc, const qc_actual_case *ac) 
     return gc->n_decode;
 }
 
-void qd_router(ctx *c, const diff_opts *d, const qc_golden_case *gc, const qc_actual_case *ac) {
+void qd_router(ck_ctx *c, const diff_opts *d, const qc_golden_case *gc, const qc_actual_case *ac) {
     const qc_config *cfg = c->cfg;
     const int n_dec = comparable_steps(gc, ac);
     const char *skip = router_skip(cfg, gc, ac, n_dec);

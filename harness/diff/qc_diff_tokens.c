@@ -10,7 +10,7 @@
 /* The decode steps whose rows are comparable: S, or the first step where the ACTUAL fed
  * another token than the golden's teacher-forced one (a FAIL row: a greedy run left the
  * golden's path, which a correct runtime does not, the golden's margins being >= 0.05). */
-int qd_decode_tokens(ctx *c, const cmp_spec *s, const qc_golden_case *gc,
+int qd_decode_tokens(ck_ctx *c, const cmp_spec *s, const qc_golden_case *gc,
                      const qc_actual_case *ac) {
     /* decode rows to compare: the logits, or in a top-k case (no prefill/logits) the top-k */
     int rows = ac->prefill_logits ? ac->has_decode_logits : ac->decode_tk_ids != NULL;

@@ -14,7 +14,7 @@
 #include "qc_check_topk.h"
 
 /* The tensors a top-k case carries besides its top-k lists: named in one warning. */
-static void qd_topk_ignored(ctx *c, const qc_actual *a, const qc_golden_case *gc,
+static void qd_topk_ignored(ck_ctx *c, const qc_actual *a, const qc_golden_case *gc,
                             const qc_actual_case *ac) {
     const char *what[4];
     int n = 0;
@@ -35,7 +35,7 @@ static void qd_topk_ignored(ctx *c, const qc_actual *a, const qc_golden_case *gc
             list);
 }
 
-void qd_topk(ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
+void qd_topk(ck_ctx *c, const diff_opts *d, const qc_actual *a, const qc_golden_case *gc,
              const qc_actual_case *ac) {
     const int V = c->cfg->vocab_size, T = gc->n_tokens, k = ac->tk_k;
     qd_topk_ignored(c, a, gc, ac);

@@ -24,33 +24,51 @@
 /* ===================================================================================== */
 
 typedef struct {
-    const char *name;
+    qc_builtin_info info; /* what the check engine enumerates (qc_registry.h) */
     qc_status (*create)(const qc_model *m, const qc_backend_opts *o, qc_backend **out,
                         qc_err *err);
-    unsigned caps;
     /* memory plan: every byte create allocates for these options, from the backend's own
      * layout code (the counting pass of what create allocates) */
     size_t (*scratch_bytes)(const qc_config *c, const qc_backend_opts *o);
 } builtin_entry;
 
+/* The built-in backends, in the order they are checked and reported. */
 static const builtin_entry builtins[] = {
-    {"reference", qc_reference_create, QC_BE_CAP_ALL & ~QC_BE_CAP_THREADS,
-     qc_reference_scratch_bytes},
-    {"optimized", qc_optimized_create, QC_BE_CAP_ALL, qc_optimized_scratch_bytes},
+    {{"reference", QC_BE_CAP_ALL & ~QC_BE_CAP_THREADS, QC_BUILTIN_REFERENCE, NULL},
+     qc_reference_create, qc_reference_scratch_bytes},
+    {{"optimized", QC_BE_CAP_ALL, QC_BUILTIN_NAMES_ISA, "opt_eq_ref"}, qc_optimized_create,
+     qc_optimized_scratch_bytes},
 };
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 
-static const builtin_entry *builtin_find(const char *name) {
+int qc_registry_n_builtins(void) { return (int)N_BUILTINS; }
+
+const qc_builtin_info *qc_registry_builtin(int i) {
+    return i >= 0 && i < (int)N_BUILTINS ? &builtins[i].info : NULL;
+}
+
+int qc_registry_builtin_index(const char *name) {
+    for (size_t i = 0; name && i < N_BUILTINS; i++)
+        if (!strcmp(builtins[i].info.name, name)) return (int)i;
+    return -1;
+}
+
+const qc_builtin_info *qc_registry_reference(void) {
     for (size_t i = 0; i < N_BUILTINS; i++)
-        if (!strcmp(builtins[i].name, name)) return &builtins[i];
+        if (builtins[i].info.roles & QC_BUILTIN_REFERENCE) return &builtins[i].info;
     return NULL;
+}
+
+static const builtin_entry *builtin_find(const char *name) {
+    int i = qc_registry_builtin_index(name);
+    return i < 0 ? NULL : &builtins[i];
 }
 
 int qc_registry_is_builtin(const char *name) { return builtin_find(name) != NULL; }
 
 unsigned qc_registry_builtin_caps(const char *name) {
     const builtin_entry *b = builtin_find(name);
-    return b ? b->caps : 0;
+    return b ? b->info.caps : 0;
 }
 
 /* One built-in backend into the plan: what it reports for the request's options. */
@@ -61,7 +79,7 @@ static qc_status memplan_add(const builtin_entry *b, qc_memplan_req *rq, qc_err 
     o.n_threads = rq->n_threads;
     o.chunk_size = rq->chunk_size;
     char what[64];
-    snprintf(what, sizeof what, "the %s backend", b->name);
+    snprintf(what, sizeof what, "the %s backend", b->info.name);
     return qc_memplan_add_backend(rq, what, (uint64_t)b->scratch_bytes(rq->cfg, &o), err);
 }
 

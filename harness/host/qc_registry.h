@@ -52,6 +52,35 @@ int qc_registry_is_builtin(const char *name);
 qc_status qc_registry_create(const qc_runtime_spec *rs, const char *model_dir, const qc_model *m,
                              const qc_backend_opts *o, qc_backend **out, qc_err *err);
 
+/* ---- the built-in backends, enumerated (the table in qc_registry.c) ---- */
+
+/* Roles of a built-in backend (qc_builtin_info.roles). */
+enum {
+    QC_BUILTIN_REFERENCE = 1, /* the comparison of the others: every other built-in is checked
+                                 against it (its vs_reference row) and a runtime under test's
+                                 decode-only failures are localised against its hidden states */
+    QC_BUILTIN_NAMES_ISA = 2  /* its describe() names the machine's ISA in the reports */
+};
+
+/* One built-in backend as the check engine sees it. Whether it runs at the requested thread
+ * count and is checked against a thread twin (threads_bitwise) follows from its capabilities:
+ * QC_BE_CAP_THREADS. */
+typedef struct {
+    const char *name;         /* its --backend value and its name in reports */
+    unsigned caps;            /* QC_BE_CAP_* it has, without building it */
+    unsigned roles;           /* QC_BUILTIN_* */
+    const char *vs_reference; /* the check comparing it with the reference backend, same mode
+                                 ("opt_eq_ref"); NULL for none (the reference itself) */
+} qc_builtin_info;
+
+/* How many built-in backends there are; entry i (0 <= i < n, in table order; NULL outside). */
+int qc_registry_n_builtins(void);
+const qc_builtin_info *qc_registry_builtin(int i);
+/* The index of a built-in name, -1 for any other (NULL too). */
+int qc_registry_builtin_index(const char *name);
+/* The built-in with the QC_BUILTIN_REFERENCE role (NULL: none). */
+const qc_builtin_info *qc_registry_reference(void);
+
 /* The capabilities a built-in backend has (QC_BE_CAP_*), without building it. */
 unsigned qc_registry_builtin_caps(const char *name);
 

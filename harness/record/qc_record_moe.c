@@ -20,7 +20,7 @@ int qc_record_has_router(const qc_golden_case *out) {
 
 /* The hidden rows the capture holds: every one of [L+1, T], each of width H (as qc_run_case
  * requires of a backend asked for them). */
-static qc_status hidden_complete(const hcap *hc, const qc_backend *be, const char *name,
+static qc_status hidden_complete(const ck_hcap *hc, const qc_backend *be, const char *name,
                                  qc_err *err) {
     size_t n_all = (size_t)hc->L1 * hc->T, n_seen = 0;
     for (size_t i = 0; i < n_all; i++) n_seen += hc->seen[i];
@@ -80,7 +80,7 @@ qc_status qc_record_run_case(qc_backend *be, const qc_profile *profile, const ch
     shape.n_decode = in->n_decode > 0 ? in->n_decode : 0;
     const int L = cfg->n_layers, T = in->n_tokens, H = cfg->hidden_size;
     ck_moecap mc;
-    hcap hc;
+    ck_hcap hc;
     memset(&hc, 0, sizeof hc);
     if (ck_moecap_init(&mc, cfg, &shape))
         return qc_errf(err, QC_ERR_OOM, "case %s: out of memory (%s capture)", name,
