@@ -1,5 +1,6 @@
-/* qc_check_compare.c — the check engine's rows and comparisons: one comparison of a set of
- * tensors (parts) under the policy -> one result row; calibration measurements. */
+/* qc_check_compare.c — the check engine's comparisons: one comparison of a set of tensors
+ * (parts) under the policy -> one result row (made and emitted by qc_check_rows.c); the
+ * hidden-state / MoE trace capture; calibration measurements. */
 
 #include "qc_check_internal.h"
 

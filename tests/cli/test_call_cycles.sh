@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_call_cycles.sh <qwen-conform> <source-dir> — the call-cycle rule (issue #28) enforces
 # itself (tests/check_cycles.py: no two files of the harness call each other, from nm):
-#   1. the build the binary comes from (its directory holds CMakeFiles/) has no call circle;
+#   1. the build the binary comes from (its directory holds CMakeFiles/) has no call circle,
+#      in the harness nor (--core) in the runtime and the backends;
 #   2. the rule can fail: two objects compiled here that call each other, placed where CMake
 #      puts a harness target's objects, are exit 1 naming both files and the symbols of each
 #      arrow; a three-file circle (a -> b -> c -> a) is reported as one circle; two files that
@@ -14,6 +15,7 @@ BUILD="$(cd "$(dirname "$1")" && pwd)"
 CC="${CC:-cc}"
 
 expect 0 "the build has no call circle" " 0 circle\(s\)" -- "$PY" "$RULE" "$BUILD" "$SRC"
+expect 0 "nor the runtime and the backends (--core)" " 0 circle\(s\)" -- "$PY" "$RULE" --core "$BUILD" "$SRC"
 
 # obj DIR NAME.c 'C SOURCE': NAME.c compiled to DIR/CMakeFiles/qc_h_io.dir/harness/io/NAME.c.o
 obj() {
