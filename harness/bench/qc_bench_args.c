@@ -98,12 +98,12 @@ static qc_status parse_list(const char *s, const char *flag, int lo, int hi, int
 /* Does a comma-separated piece start a new backend spec (rather than being a k=v option of
  * the previous plugin / llamacpp spec)? */
 static int starts_spec(const char *p) {
-    static const char *const kinds[] = {"reference", "optimized", "plugin:", "exec:", "isolate:",
-                                        "llamacpp"};
-    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
-        size_t n = strlen(kinds[i]);
-        if (!strncmp(p, kinds[i], n) && (kinds[i][n - 1] == ':' || p[n] == ',' || p[n] == '\0'))
-            return 1;
+    static const char *const kinds[] = {"plugin:", "exec:", "isolate:", "llamacpp"};
+    const int nb = qc_registry_n_builtins(), nk = (int)(sizeof kinds / sizeof *kinds);
+    for (int i = 0; i < nb + nk; i++) { /* the built-in names (the registry's table), then the kinds */
+        const char *k = i < nb ? qc_registry_builtin(i)->name : kinds[i - nb];
+        size_t n = strlen(k);
+        if (!strncmp(p, k, n) && (k[n - 1] == ':' || p[n] == ',' || p[n] == '\0')) return 1;
     }
     return 0;
 }
@@ -233,8 +233,13 @@ static qc_status builtin_list(bench_opts *o, const char *backends, qc_err *err) 
     char tmp[256];
     snprintf(tmp, sizeof tmp, "%s", backends);
     for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (strcmp(tok, "optimized") && strcmp(tok, "reference"))
-            return qc_errf(err, QC_ERR_ARG, "--backends: unknown backend '%s' (optimized, reference)", tok);
+        if (!qc_registry_is_builtin(tok)) {
+            char known[160] = "";
+            for (int i = 0, o2 = 0; i < qc_registry_n_builtins() && o2 < (int)sizeof known; i++)
+                o2 += snprintf(known + o2, sizeof known - (size_t)o2, "%s%s", i ? ", " : "",
+                               qc_registry_builtin(i)->name);
+            return qc_errf(err, QC_ERR_ARG, "--backends: unknown backend '%s' (%s)", tok, known);
+        }
         if (o->n_backends == MAX_BACKENDS - 1) return qc_errf(err, QC_ERR_ARG, "--backends: too many");
         snprintf(o->backends[o->n_backends++], sizeof o->backends[0], "%s", tok);
     }

@@ -98,7 +98,7 @@ int bench_name_backends(const bench_opts *o, bench_report *R, qc_err *err) {
         bench_backend *bb = &R->be[b];
         snprintf(bb->name, sizeof bb->name, "%.127s", rs.name);
         snprintf(bb->desc, sizeof bb->desc, "%s", rs.name);
-        bb->isref = !strcmp(o->backends[b], "reference");
+        bb->isref = qc_registry_reference() && !strcmp(o->backends[b], qc_registry_reference()->name);
         bb->http = rs.kind == QC_RT_HTTP;
     }
     return plan_figures(o, R, err);

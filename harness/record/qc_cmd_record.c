@@ -209,7 +209,7 @@ static qc_status check_args(record_args *a, qc_err *err) {
 
 static qc_status parse_args(int argc, char **argv, record_args *a, int *help, qc_err *err) {
     memset(a, 0, sizeof *a);
-    a->backend = "reference";
+    a->backend = qc_registry_reference()->name; /* the default: the readable definition */
     a->case_name = "case0";
     a->dn_kernel = -1;
     a->dtype = "bf16";
