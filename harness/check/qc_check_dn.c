@@ -22,6 +22,18 @@
 
 #define CK_CER "chunked_eq_recurrent"
 
+/* One part of the two runs against chunked_eq_recurrent's tolerance for it (the policy's, set
+ * into p->d): its metrics into *m; 1 when within. */
+static int part_within(ck_ctx *c, const char *bname, const char *case_id, ck_part *p,
+                       qc_metrics *m) {
+    qc_tol t;
+    qc_policy_lookup(c->pol, p->d.cls, bname, "dynamic", CK_CER, case_id, p->d.path, &t, NULL);
+    p->d.atol = t.atol, p->d.rtol = t.rtol;
+    qc_metrics_init(m, 0);
+    qc_metrics_add(m, &p->d, p->a, p->g);
+    return qc_metrics_close(m);
+}
+
 /* 1 when every tensor of the two runs is within chunked_eq_recurrent's tolerance (the
  * element-wise test of ck_compare_parts; a structural problem counts as agreement here: the
  * row reports it, and per-layer data would not explain it). */
@@ -34,14 +46,8 @@ static int runs_agree(ck_ctx *c, const qc_golden_case *gc, const qc_golden_case 
     snprintf(case_id, sizeof case_id, "%s/%s", c->stem, gc->name);
     int ok = 1;
     for (int i = 0; i < pl->n && ok && !pl->problem[0]; i++) {
-        qc_tol t;
-        qc_policy_lookup(c->pol, pl->p[i].d.cls, bname, "dynamic", CK_CER, case_id,
-                         pl->p[i].d.path, &t, NULL);
-        pl->p[i].d.atol = t.atol, pl->p[i].d.rtol = t.rtol;
         qc_metrics m;
-        qc_metrics_init(&m, 0);
-        qc_metrics_add(&m, &pl->p[i].d, pl->p[i].a, pl->p[i].g);
-        ok = qc_metrics_close(&m);
+        ok = part_within(c, bname, case_id, &pl->p[i], &m);
     }
     free(pl);
     return ok;
@@ -166,14 +172,8 @@ static int localise_state(ck_ctx *c, const char *bname, const qc_golden_case *gc
         const char *what = "";
         double worst = 0.0;
         for (int i = 0; i < pl->n; i++) {
-            qc_tol t;
-            qc_policy_lookup(c->pol, pl->p[i].d.cls, bname, "dynamic", CK_CER, case_id,
-                             pl->p[i].d.path, &t, NULL);
-            pl->p[i].d.atol = t.atol, pl->p[i].d.rtol = t.rtol;
             qc_metrics m;
-            qc_metrics_init(&m, 0);
-            qc_metrics_add(&m, &pl->p[i].d, pl->p[i].a, pl->p[i].g);
-            if (qc_metrics_close(&m)) continue;
+            if (part_within(c, bname, case_id, &pl->p[i], &m)) continue;
             n_bad++;
             if (best < 0 || pl->p[i].d.layer < best) {
                 best = pl->p[i].d.layer;
