@@ -340,23 +340,15 @@ static qc_status split_packed(load_ctx *L, int li, const qc_tensor *qkvz, const 
     size_t kd = (size_t)qc_cfg_key_dim(c), vd = (size_t)qc_cfg_value_dim(c);
     size_t C = (size_t)qc_cfg_conv_dim(c), nv = (size_t)c->lin_n_v_heads;
     size_t rowb = qc_dtype_size(ba->dtype) * (size_t)c->hidden_size;
-    uint8_t *qkv = malloc(C * row), *z = malloc(vd * row);
-    uint8_t *b = malloc(nv * rowb), *a = malloc(nv * rowb);
     model_priv *p = L->p;
-    if (!qkv || !z || !b || !a || priv_own(p, qkv) || priv_own(p, z) || priv_own(p, b) ||
-        priv_own(p, a)) {
-        /* whatever was registered is freed with the model; free the rest here */
-        int reg = 0;
-        for (int i = 0; i < p->n_owned; i++)
-            reg |= (p->owned[i] == qkv) << 0 | (p->owned[i] == z) << 1 | (p->owned[i] == b) << 2 |
-                   (p->owned[i] == a) << 3;
-        if (!(reg & 1)) free(qkv);
-        if (!(reg & 2)) free(z);
-        if (!(reg & 4)) free(b);
-        if (!(reg & 8)) free(a);
+    /* what was allocated is owned by the model, freed with it */
+    uint8_t *qkv = qc_model_priv_weights(p, C * row);
+    uint8_t *z = qkv ? qc_model_priv_weights(p, vd * row) : NULL;
+    uint8_t *b = z ? qc_model_priv_weights(p, nv * rowb) : NULL;
+    uint8_t *a = b ? qc_model_priv_weights(p, nv * rowb) : NULL;
+    if (!a)
         return qc_errf(L->err, QC_ERR_OOM, "%s: out of memory splitting layer %d in_proj_qkvz",
                        L->dir, li);
-    }
     const uint8_t *src = qkvz->data;
     size_t grp = 2 * (size_t)dk + 2 * (size_t)r * dv; /* rows per key head */
     for (int g = 0; g < nk; g++) {
@@ -675,7 +667,9 @@ static qc_status load_impl(load_ctx *L) {
     qc_sha256_ctx hc;
     uint8_t dg[32];
     qc_sha256_init(&hc);
-    for (int f = 0; f < p->n_files; f++) qc_sha256_update(&hc, p->files[f].bytes, p->files[f].file_len);
+    for (int f = 0; f < p->n_files; f++)
+        if (qc_st_hash_update(&p->files[f], &hc))
+            return qc_errf(err, QC_ERR_OOM, "%s: out of memory hashing", p->files[f].path);
     qc_sha256_final(&hc, dg);
     qc_sha256_to_hex(dg, m->weights_sha256);
     return QC_OK;

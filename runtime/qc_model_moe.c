@@ -272,18 +272,11 @@ static qc_status stack_experts(const qc_moe_found *F, qc_model *m, qc_model_priv
                                                    err);
         return s2 ? s2 : qc_model_stream_defer_stack(p, &lw0->exp_down, dsrc, NULL, E, mat, err);
     }
-    uint8_t *gu = malloc((size_t)E * 2 * mat), *dn = malloc((size_t)E * mat);
-    if (!gu || !dn || qc_model_priv_own(p, gu)) {
-        free(gu);
-        free(dn);
+    uint8_t *gu = qc_model_priv_weights(p, (size_t)E * 2 * mat);
+    uint8_t *dn = gu ? qc_model_priv_weights(p, (size_t)E * mat) : NULL;
+    if (!gu || !dn) /* what was allocated is owned by the model, freed with it */
         return qc_errf(err, QC_ERR_OOM, "%s: out of memory stacking layer %d's experts",
                        missing_file, li);
-    }
-    if (qc_model_priv_own(p, dn)) {
-        free(dn); /* gu is owned by the model now */
-        return qc_errf(err, QC_ERR_OOM, "%s: out of memory stacking layer %d's experts",
-                       missing_file, li);
-    }
     for (int e = 0; e < E; e++) {
         memcpy(gu + (size_t)e * 2 * mat, P[e * 3 + 0].t->data, mat);       /* gate rows */
         memcpy(gu + (size_t)e * 2 * mat + mat, P[e * 3 + 1].t->data, mat); /* up rows */

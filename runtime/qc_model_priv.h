@@ -53,6 +53,9 @@ void qc_model_stream_free(qc_model_priv *p, int n_layers);
 
 /* Register buf to be freed with the model. QC_OK, or QC_ERR_OOM (no message; buf not owned). */
 qc_status qc_model_priv_own(qc_model_priv *p, void *buf);
+/* A weight buffer of `bytes` owned by p (freed with the model): 64-byte aligned, 2 MiB aligned
+ * with transparent huge pages asked for when large. NULL when out of memory (nothing owned). */
+void *qc_model_priv_weights(qc_model_priv *p, size_t bytes);
 
 /* A zeroed model owning a copy of cfg, its layer table and an empty priv; NULL when out of
  * memory. Free with qc_model_free. */

@@ -103,9 +103,8 @@ static qc_status take_pair(qc_model_priv *p, const char *prefix, int sf, const q
     if (p->streamed) /* repacked a layer (or a block of lm_head rows) at a time */
         return qc_model_stream_defer_q8(p, w, st, err);
     const size_t nblk = (size_t)out * (size_t)nb;
-    unsigned char *buf = malloc(nblk * QC_Q8_0_BLOCK_BYTES + 1);
-    if (!buf || qc_model_priv_own(p, buf)) {
-        free(buf);
+    unsigned char *buf = qc_model_priv_weights(p, nblk * QC_Q8_0_BLOCK_BYTES + 1);
+    if (!buf) {
         return qc_errf(err, QC_ERR_OOM, "%s: %s: out of memory", wp, wname);
     }
     for (size_t b = 0; b < nblk; b++) {

@@ -204,10 +204,9 @@ qc_status qc_model_synthetic(const qc_config *cfg, qc_dtype dtype, uint64_t seed
         }
     }
 #undef ADD
-    uint8_t *arena = malloc(total ? total : 1);
     qc_model_priv *p = (qc_model_priv *)m->priv;
-    if (!arena || qc_model_priv_own(p, arena)) {
-        free(arena);
+    uint8_t *arena = qc_model_priv_weights(p, total);
+    if (!arena) {
         free(jobs);
         qc_model_free(m);
         return qc_errf(err, QC_ERR_OOM, "synthetic model: cannot allocate %zu bytes of weights", total);

@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <math.h>
 #include <string.h>
@@ -247,8 +248,10 @@ static qc_status check_tiling(const qc_st_tensor *ts, int nt, st_span *order, ui
     return st;
 }
 
-qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_st_file *out,
-                      qc_err *err) {
+/* The whole parse; buf holds the file (data: the views point into it) or, data 0, at least its
+ * 8 + N header bytes (the views' data stay NULL, `bytes` and `data` too). */
+static qc_status parse_impl(const uint8_t *buf, size_t file_len, int data, const char *path,
+                            qc_st_file *out, qc_err *err) {
     QC_ASSERT(out && path);
     memset(out, 0, sizeof *out);
     uint64_t n = 0;
@@ -281,7 +284,7 @@ qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_
             st = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
             break;
         }
-        t->data = buf + 8 + n + t->begin;
+        if (data) t->data = buf + 8 + n + t->begin;
         nt++;
     }
     cJSON_Delete(root);
@@ -294,15 +297,20 @@ qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_
         return st;
     }
     snprintf(out->path, sizeof out->path, "%s", path);
-    out->bytes = buf;
+    out->bytes = data ? buf : NULL;
     out->file_len = file_len;
     out->header_len = n;
-    out->data = buf + 8 + n;
+    out->data = data ? buf + 8 + n : NULL;
     out->data_len = data_len;
     out->n_tensors = nt;
     out->tensors = ts;
     out->n_metadata = nmeta;
     return QC_OK;
+}
+
+qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_st_file *out,
+                      qc_err *err) {
+    return parse_impl(buf, file_len, 1, path, out, err);
 }
 
 /* ==== Files ==== */
@@ -331,6 +339,123 @@ static qc_status open_mapped(int fd, const char *path, size_t len, qc_st_file *o
     if (map == MAP_FAILED)
         return qc_errf(err, QC_ERR_IO, "%s: cannot map %zu bytes: %s", path, len, strerror(e));
     return parse_mapped(map, len, path, 1, out, err);
+}
+
+/* pread exactly `len` bytes at `off` (EINTR retried): 0, or the bytes missing (errno set, or
+ * 0 when the file ended early) */
+static size_t pread_all(int fd, uint8_t *dst, size_t len, uint64_t off) {
+    size_t got = 0;
+    while (got < len) {
+        const size_t want = len - got > ((size_t)1 << 30) ? (size_t)1 << 30 : len - got;
+        ssize_t r = pread(fd, dst + got, want, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = 0;
+            return len - got;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+#define ST_ALIGN 64 /* every tensor of a read file starts at a multiple of this */
+
+/* The file READ into anonymous memory (huge pages where the kernel grants them), not mapped:
+ * decode streams every weight once per token, and from the page cache of an mmapped 3 GB
+ * checkpoint it ran at 5.6 tok/s where the same bytes in anonymous memory ran at 8.8 (0.8B
+ * F32, 1 thread, depth 512; `bench --model`); a file truncated by another process meanwhile can
+ * no longer SIGBUS us either. The header is parsed first; then the header and every tensor, in
+ * file order, are read each to a 64-byte boundary of the copy (a file's tensors follow each
+ * other at any byte offset: a 512-bit load of a row must not split a cache line, see
+ * qc_model_priv_weights). Read-only once filled. fd stays open (the caller closes it). */
+static qc_status open_read(int fd, const char *path, size_t len, qc_st_file *out, qc_err *err) {
+    uint8_t len8[8];
+    if (pread_all(fd, len8, 8, 0)) return qc_errf(err, QC_ERR_IO, "%s: read error", path);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = (n << 8) | len8[i];
+    /* a header length out of bounds: parse_header says so from the 8 bytes alone */
+    const size_t hb = n <= (uint64_t)len - 8 && n <= QC_ST_MAX_HEADER ? (size_t)(8 + n) : 8;
+    uint8_t *hdr = malloc(hb);
+    if (!hdr) return qc_errf(err, QC_ERR_OOM, "%s: out of memory for the header", path);
+    memcpy(hdr, len8, 8);
+    if (hb > 8 && pread_all(fd, hdr + 8, hb - 8, 8)) {
+        int e = errno;
+        free(hdr);
+        return qc_errf(err, QC_ERR_IO, "%s: read error in the header%s%s", path,
+                       e ? ": " : " (the file shrank)", e ? strerror(e) : "");
+    }
+    qc_status st = parse_impl(hdr, len, 0, path, out, err);
+    if (st) {
+        free(hdr);
+        return st;
+    }
+    /* the layout: the header, then each tensor (file order) at the next 64-byte boundary */
+    const int nt = out->n_tensors;
+    st_span *order = malloc((nt > 0 ? (size_t)nt : 1) * sizeof *order);
+    if (!order) {
+        free(hdr);
+        qc_st_close(out);
+        return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    }
+    for (int i = 0; i < nt; i++) order[i] = (st_span){out->tensors[i].begin, out->tensors[i].end, i};
+    qsort(order, (size_t)nt, sizeof *order, cmp_span);
+    size_t total = hb;
+    for (int k = 0; k < nt; k++)
+        total = (total + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN + (size_t)(order[k].end - order[k].begin);
+    void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int e = errno;
+    if (map == MAP_FAILED) {
+        free(hdr);
+        free(order);
+        qc_st_close(out);
+        return qc_errf(err, QC_ERR_OOM, "%s: cannot allocate %zu bytes: %s", path, total, strerror(e));
+    }
+    (void)madvise(map, total, MADV_HUGEPAGE);
+    uint8_t *base = map;
+    memcpy(base, hdr, hb);
+    free(hdr);
+    size_t pos = hb, missing = 0;
+    uint64_t done = 0; /* data bytes read */
+    for (int k = 0; k < nt && !missing; k++) {
+        qc_st_tensor *t = &out->tensors[order[k].idx];
+        pos = (pos + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN;
+        missing = pread_all(fd, base + pos, (size_t)(t->end - t->begin), 8 + n + t->begin);
+        t->data = base + pos;
+        pos += (size_t)(t->end - t->begin);
+        done += (t->end - t->begin) - missing;
+    }
+    free(order);
+    if (missing) {
+        e = errno;
+        munmap(map, total);
+        qc_st_close(out);
+        return qc_errf(err, QC_ERR_IO, "%s: read error after %llu of %zu bytes%s%s", path,
+                       (unsigned long long)(8 + n + done), len, e ? ": " : " (the file shrank)",
+                       e ? strerror(e) : "");
+    }
+    (void)mprotect(map, total, PROT_READ);
+    out->bytes = base;
+    out->map = map;
+    out->map_len = total;
+    return QC_OK;
+}
+
+qc_status qc_st_hash_update(const qc_st_file *f, qc_sha256_ctx *hc) {
+    qc_sha256_update(hc, f->bytes, (size_t)(8 + f->header_len));
+    if (f->data) { /* one contiguous copy */
+        qc_sha256_update(hc, f->data, (size_t)f->data_len);
+        return QC_OK;
+    }
+    /* the tensors tile the data region (checked): their bytes in file order are the region */
+    const int nt = f->n_tensors;
+    st_span *order = malloc((nt > 0 ? (size_t)nt : 1) * sizeof *order);
+    if (!order) return QC_ERR_OOM;
+    for (int i = 0; i < nt; i++) order[i] = (st_span){f->tensors[i].begin, f->tensors[i].end, i};
+    qsort(order, (size_t)nt, sizeof *order, cmp_span);
+    for (int k = 0; k < nt; k++)
+        qc_sha256_update(hc, f->tensors[order[k].idx].data, (size_t)(order[k].end - order[k].begin));
+    free(order);
+    return QC_OK;
 }
 
 static qc_status open_impl(const char *path, int lazy, qc_st_file *out, qc_err *err);
@@ -369,36 +494,9 @@ static qc_status open_impl(const char *path, int lazy, qc_st_file *out, qc_err *
         return qc_st_parse(small, len, path, out, err);
     }
     if (lazy) return open_mapped(fd, path, len, out, err);
-    /* The file is READ into anonymous memory (huge pages where the kernel grants them), not
-     * mapped: decode streams every weight once per token, and from the page cache of an
-     * mmapped 3 GB checkpoint it ran at 5.6 tok/s where the same bytes in anonymous memory
-     * ran at 8.8 (0.8B F32, 1 thread, depth 512; `bench --model`); a file truncated by
-     * another process meanwhile can no longer SIGBUS us either. Read-only once filled. */
-    void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    int e = errno;
-    if (map == MAP_FAILED) {
-        close(fd);
-        return qc_errf(err, QC_ERR_OOM, "%s: cannot allocate %zu bytes: %s", path, len, strerror(e));
-    }
-    (void)madvise(map, len, MADV_HUGEPAGE);
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, (char *)map + got, len - got > (1u << 30) ? (1u << 30) : len - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            e = r < 0 ? errno : 0;
-            break;
-        }
-        got += (size_t)r;
-    }
+    qc_status st = open_read(fd, path, len, out, err);
     close(fd);
-    if (got != len) {
-        munmap(map, len);
-        return qc_errf(err, QC_ERR_IO, "%s: read error after %zu of %zu bytes%s%s", path, got, len,
-                       e ? ": " : " (the file shrank)", e ? strerror(e) : "");
-    }
-    (void)mprotect(map, len, PROT_READ);
-    return parse_mapped(map, len, path, 0, out, err);
+    return st;
 }
 
 const qc_st_tensor *qc_st_find(const qc_st_file *f, const char *name) {

@@ -189,6 +189,18 @@ static const variant VARIANTS[] = {
 };
 #define N_VARIANTS ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 
+/* every weight of m starts at a 64-byte boundary (qc_st_open's layout, the owned buffers):
+ * no 512-bit load of a row splits a cache line */
+static void assert_aligned(const qc_model *m) {
+    ck_assert_uint_eq((uintptr_t)m->embed.data % 64, 0);
+    ck_assert_uint_eq((uintptr_t)m->lm_head.data % 64, 0);
+    for (int li = 0; li < m->cfg.n_layers; li++)
+        for (int k = 0; k < N_FIELDS; k++) {
+            const qc_tensor *x = fld(m, li, k);
+            if (x->ndim) ck_assert_msg((uintptr_t)x->data % 64 == 0, "layer %d field %d", li, k);
+        }
+}
+
 START_TEST(test_variant) {
     const variant *v = &VARIANTS[_i];
     qc_testmodel_opts o;
@@ -196,6 +208,7 @@ START_TEST(test_variant) {
     v->tweak(&o);
     write_model(g_dir, &o);
     qc_model *m = load_ok(g_dir);
+    assert_aligned(m);
     /* config as written */
     qc_model *ref = NULL;
     qc_err e;
@@ -611,6 +624,7 @@ START_TEST(test_synthetic) {
         }
     ck_assert(memcmp(a->embed.data, b->embed.data, 1000 * 256 * 2) == 0);
     ck_assert(memcmp(a->embed.data, d->embed.data, 1000 * 256 * 2) != 0);
+    assert_aligned(a);
     /* dtypes and shapes */
     ck_assert_int_eq(a->embed.dtype, QC_BF16);
     ck_assert_int_eq(a->layers[0].A_log.dtype, QC_F32);

@@ -125,6 +125,62 @@ START_TEST(test_open_mmap) {
 }
 END_TEST
 
+/* A file whose tensors sit at odd offsets (6, 20, 34 bytes): qc_st_open places each at a
+ * 64-byte boundary with its bytes unchanged; the digest of qc_st_hash_update is the file's,
+ * read or parsed from a buffer; a lying header length still fails before any allocation. */
+START_TEST(test_open_aligned) {
+    char dir[512], path[600];
+    qc_err e;
+    ck_assert_int_eq(qc_testmodel_mkdtemp(dir, sizeof dir, "st", &e), QC_OK);
+    const char *h = "{\"c\":{\"dtype\":\"F16\",\"shape\":[17],\"data_offsets\":[26,60]},"
+                    "\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+                    "\"b\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[6,26]}} ";
+    size_t n;
+    uint8_t *b = mkfile(h, 60, -1, &n);
+    snprintf(path, sizeof path, "%s/odd.safetensors", dir);
+    ck_assert_int_eq(qc_testmodel_write_file(path, b, n, &e), QC_OK);
+    qc_st_file f, g;
+    ck_assert_int_eq(qc_st_open(path, &f, &e), QC_OK);
+    ck_assert_int_eq(qc_st_parse(b, n, path, &g, &e), QC_OK);
+    const size_t data0 = 8 + strlen(h);
+    ck_assert_uint_ne(data0 % 64, 0); /* the file itself is not aligned */
+    for (int i = 0; i < f.n_tensors; i++) {
+        const qc_st_tensor *t = &f.tensors[i];
+        ck_assert_uint_eq((uintptr_t)t->data % 64, 0);
+        ck_assert_int_eq(memcmp(t->data, b + data0 + t->begin, (size_t)(t->end - t->begin)), 0);
+        ck_assert_ptr_eq(g.tensors[i].data, b + data0 + t->begin);
+    }
+    uint8_t d1[32], d2[32], d3[32];
+    qc_sha256_ctx c;
+    qc_sha256_init(&c);
+    qc_sha256_update(&c, b, n);
+    qc_sha256_final(&c, d1);
+    qc_sha256_init(&c);
+    ck_assert_int_eq(qc_st_hash_update(&f, &c), QC_OK);
+    qc_sha256_final(&c, d2);
+    qc_sha256_init(&c);
+    ck_assert_int_eq(qc_st_hash_update(&g, &c), QC_OK);
+    qc_sha256_final(&c, d3);
+    ck_assert_int_eq(memcmp(d1, d2, 32), 0);
+    ck_assert_int_eq(memcmp(d1, d3, 32), 0);
+    qc_st_close(&f);
+    qc_st_close(&g);
+    free(b);
+    /* a header length beyond the file: the message of qc_st_parse, from the 8 bytes alone */
+    b = mkfile(h, 60, 1 << 20, &n);
+    ck_assert_int_eq(qc_testmodel_write_file(path, b, n, &e), QC_OK);
+    ck_assert_int_eq(qc_st_open(path, &f, &e), QC_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "exceeds the"));
+    free(b);
+    /* a data region shorter than the header says: tiling, before any tensor is read */
+    b = mkfile(h, 50, -1, &n);
+    ck_assert_int_eq(qc_testmodel_write_file(path, b, n, &e), QC_OK);
+    ck_assert_int_eq(qc_st_open(path, &f, &e), QC_ERR_FORMAT);
+    free(b);
+    qc_testmodel_rmtree(dir);
+}
+END_TEST
+
 /* ==== Malformed classes ==== */
 
 START_TEST(test_truncated_and_length) {
@@ -483,6 +539,7 @@ int main(void) {
     TCase *p = tcase_create("parser");
     tcase_add_test(p, test_valid_header);
     tcase_add_test(p, test_open_mmap);
+    tcase_add_test(p, test_open_aligned);
     tcase_add_test(p, test_truncated_and_length);
     tcase_add_test(p, test_bad_json_and_types);
     tcase_add_test(p, test_dtypes);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "qc/qc_model.h"
+#include "qc/qc_sha256.h"
 #include "qc/qc_status.h"
 
 #define QC_ST_MAX_DIMS 8
@@ -34,15 +35,19 @@ typedef struct {
     int64_t shape[QC_ST_MAX_DIMS];   /* [ndim] */
     uint64_t numel;                  /* product of shape (1 for a scalar) */
     uint64_t begin, end;             /* byte span relative to the data region */
-    const uint8_t *data;             /* file bytes + 8 + header_len + begin (unaligned) */
+    const uint8_t *data;             /* the tensor's bytes: 64-byte aligned in a file read by
+                                        qc_st_open; file bytes + 8 + header_len + begin when
+                                        parsed from a buffer or mapped (any alignment) */
 } qc_st_tensor;
 
 typedef struct {
     char path[1024];          /* file path as given (for messages) */
-    const uint8_t *bytes;     /* whole file (our read-only copy or the caller's buffer) */
+    const uint8_t *bytes;     /* the whole file (the caller's buffer, or the lazy mapping); a
+                                 file read by qc_st_open: our read-only copy, the 8 + N header
+                                 bytes then each tensor at a 64-byte boundary */
     size_t file_len;          /* bytes in the file */
     uint64_t header_len;      /* N */
-    const uint8_t *data;      /* start of the data region */
+    const uint8_t *data;      /* the data region when contiguous (buffer, lazy), else NULL */
     uint64_t data_len;        /* file_len - 8 - N */
     int n_tensors;            /* entries (metadata excluded) */
     qc_st_tensor *tensors;    /* [n_tensors], sorted by name */
@@ -59,13 +64,18 @@ typedef struct {
 qc_status qc_st_parse(const uint8_t *buf, size_t file_len, const char *path, qc_st_file *out,
                       qc_err *err);
 
-/* open(O_RDONLY), read into anonymous memory (then PROT_READ), qc_st_parse. */
+/* open(O_RDONLY), the header parsed and checked as by qc_st_parse, then the header and every
+ * tensor read into anonymous memory (then PROT_READ), each tensor at a 64-byte boundary. */
 qc_status qc_st_open(const char *path, qc_st_file *out, qc_err *err);
 
 /* The same checks, but the file is mapped read-only instead of read: nothing but the header is
  * read now; a tensor's bytes are read from the page cache when first touched (the streamed
  * model, qc_model_load_streamed, populates and drops them a layer at a time). */
 qc_status qc_st_open_lazy(const char *path, qc_st_file *out, qc_err *err);
+
+/* Feed the file's bytes, in file order, to hc (the same digest whichever way it was opened).
+ * QC_OK, or QC_ERR_OOM (no message; hc unchanged). */
+qc_status qc_st_hash_update(const qc_st_file *f, qc_sha256_ctx *hc);
 
 /* Tensor by exact name (binary search), or NULL. */
 const qc_st_tensor *qc_st_find(const qc_st_file *f, const char *name);
