@@ -107,6 +107,8 @@ typedef struct {
                                 call; option gemm_min, qc_opt_options.c) */
     double par_min;          /* a region runs threaded only with at least this much work
                                 (multiply-adds; read per call; option par_min, tests: 0) */
+    const qc_opt_bf16dot *bd; /* the BF16 dot GEMM when option bf16_dot is on (BF16 weights,
+                                 GEMM path: activations rounded to bf16), else NULL */
     int max_tokens;          /* largest n */
     int cmax;                /* DeltaNet chunk scratch capacity (tokens) */
     int kp_max;              /* largest padded GEMM input dim */

@@ -111,6 +111,28 @@ const qc_opt_kernels *qc_opt_kernels_pick(void);
 /* By name ("scalar", "avx2", "avx512"); NULL when unknown or unsupported by this CPU. */
 const qc_opt_kernels *qc_opt_kernels_by_name(const char *name);
 
+/* The BF16 dot-product GEMM (qc_opt_kernels_bf16dot.c: AVX512_BF16 vdpbf16ps), used for BF16
+ * weights when the backend's option bf16_dot is on: activations rounded to bf16, products
+ * exact, fp32 accumulation, one accumulator lane per output element over the k pairs in order
+ * (thread invariant). Panels and strips hold uint32 bf16 pairs, the lower half the even k. */
+typedef struct qc_opt_bf16dot {
+    int mr, nr; /* rows per panel / tokens per strip (== the AVX-512 table's gemm_mr / nr) */
+    /* rows r0..r0+mr-1 of the BF16 matrix W [rows_total, K] -> panel [Kp/16][mr_max][8]
+     * (rows >= mr and k >= K zero) */
+    void (*pack_w)(uint32_t *panel, const void *W, int K, int mr);
+    /* tokens of x (row stride ldx) -> strip [Kp/2][nr] of rounded pairs (zeros past nt, K) */
+    void (*pack_x)(uint32_t *strip, const float *x, int ldx, int K, int nt);
+    /* y[t*ldy + r] = sum over pairs p < Kp/2 of panel(r, p) . strip(p, t), for r < mr, t < nt */
+    void (*gemm_tile)(const uint32_t *panel, const uint32_t *strip, int Kp, float *y, long ldy,
+                      int mr, int nt);
+} qc_opt_bf16dot;
+/* Does this CPU have AVX512_BF16 (+ BW, VL, the AVX-512 table)? */
+int qc_opt_cpu_has_bf16dot(void);
+/* The table when the CPU has it and the picked ISA is AVX-512, else NULL. */
+const qc_opt_bf16dot *qc_opt_bf16dot_pick(void);
+/* fp32 -> bf16, round to nearest even (NaN stays NaN): the rounding of pack_x */
+uint16_t qc_opt_bf16_rne(float f);
+
 /* Round k up to the packing block. */
 static inline int qc_opt_kpad(int K) { return (K + QC_OPT_KB - 1) / QC_OPT_KB * QC_OPT_KB; }
 

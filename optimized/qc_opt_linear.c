@@ -23,6 +23,7 @@ typedef struct {
     const qc_opt_lin *outs;
     long end[8];             /* cumulative work items per output */
     long ngrp;               /* GEMM: panel groups over all outputs */
+    const qc_opt_bf16dot *bd; /* GEMM: the BF16 dot kernels (every output BF16, option on) */
 } lin_job;
 
 static int out_of_item(const lin_job *j, long it, long *first) {
@@ -53,6 +54,15 @@ static void pack_item(void *ctx, long s, int tid) {
                     j->K, cnt);
 }
 
+/* the same over the BF16 dot GEMM (o->bd): bf16 pair strips [Kp/2][NR] */
+static void pack_item_bd(void *ctx, long s, int tid) {
+    const lin_job *j = ctx;
+    (void)tid;
+    const int NR = j->o->bd->nr, t0 = (int)s * NR, cnt = j->n - t0 < NR ? j->n - t0 : NR;
+    j->o->bd->pack_x((uint32_t *)(void *)j->o->xpack + (size_t)s * (j->Kp / 2) * NR,
+                     j->x + (size_t)t0 * j->ldx, (int)j->ldx, j->K, cnt);
+}
+
 /* item = (token block, group of GEMM_PANELS panels), token block major */
 static void tile_item(void *ctx, long it, int tid) {
     const lin_job *j = ctx;
@@ -66,10 +76,23 @@ static void tile_item(void *ctx, long it, int tid) {
     const int rows = (int)rows_of(w);
     float *panel = j->o->panel[tid];
     const long p0 = (g - first) * GEMM_PANELS;
+    const qc_opt_bf16dot *bd = j->bd;
     for (long p = p0; p < p0 + GEMM_PANELS; p++) {
         const int row0 = (int)(p * MR);
         if (row0 >= rows) break;
         const int mr = rows - row0 < MR ? rows - row0 : MR;
+        if (bd) {
+            uint32_t *pb = (uint32_t *)(void *)panel;
+            const uint32_t *xs = (const uint32_t *)(const void *)j->o->xpack;
+            bd->pack_w(pb, (const char *)w->data + (size_t)row0 * 2 * (size_t)j->K, j->K, mr);
+            for (int s = sb; s < se; s++) {
+                const int t0 = s * NR, cnt = j->n - t0 < NR ? j->n - t0 : NR;
+                bd->gemm_tile(pb, xs + (size_t)s * (j->Kp / 2) * NR, j->Kp,
+                              j->outs[wi].y + (long)t0 * j->outs[wi].ldy + row0, j->outs[wi].ldy,
+                              mr, cnt);
+            }
+            continue;
+        }
         kt->pack_w(panel, (const char *)w->data + (size_t)row0 * qc_dtype_row_bytes(w->dtype, j->K),
                    w->dtype, j->K, mr);
         for (int s = sb; s < se; s++) {
@@ -109,9 +132,13 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
     }
     /* token block: as many strips as fit in ~1.5 MiB (stays in the 2 MiB L2 with the panel
      * while the panels run; every panel is widened once per token block) */
-    j.sblk = (int)((3L << 19) / ((long)j.Kp * NR * 4));
+    j.bd = o->bd;
+    for (int i = 0; i < nouts && j.bd; i++)
+        if (outs[i].w->dtype != QC_BF16) j.bd = NULL;
+    const long strip_bytes = (long)j.Kp * NR * (j.bd ? 2 : 4);
+    j.sblk = (int)((3L << 19) / strip_bytes);
     if (j.sblk < 1) j.sblk = 1;
     const long nsb = (j.ns + j.sblk - 1) / j.sblk;
-    qc_opt_run(o, j.ns, par, pack_item, &j);
+    qc_opt_run(o, j.ns, par, j.bd ? pack_item_bd : pack_item, &j);
     qc_opt_run(o, nsb * j.ngrp, par, tile_item, &j);
 }

@@ -659,6 +659,17 @@ START_TEST(error_paths) {
                      _i == 1 ? QC_PLUGIN_OK : QC_PLUGIN_UNSUPPORTED);
     if (_i == 1) ck_assert_int_eq(p->set_option(h, "threads", "-1"), QC_PLUGIN_ERROR);
     ck_assert_str_ne(p->last_error(h), "");
+    /* any other key is the backend's own: the optimized backend's thresholds pass through
+     * (kept across the re-creation of a threads change), a bad value names the option */
+    ck_assert_int_eq(p->set_option(h, "gemm_min", "1"), _i == 1 ? QC_PLUGIN_OK : QC_PLUGIN_UNSUPPORTED);
+    ck_assert_int_eq(p->set_option(h, "gemm_min", "0"), _i == 1 ? QC_PLUGIN_ERROR : QC_PLUGIN_UNSUPPORTED);
+    ck_assert_msg(strstr(p->last_error(h), "gemm_min"), "%s", p->last_error(h));
+    ck_assert_int_eq(p->set_option(h, "bf16_dot", "7"), _i == 1 ? QC_PLUGIN_ERROR : QC_PLUGIN_UNSUPPORTED);
+    if (_i == 1) {
+        ck_assert_int_eq(p->set_option(h, "threads", "1"), QC_PLUGIN_OK); /* re-created */
+        ck_assert_int_eq(p->set_option(h, "par_min", "x"), QC_PLUGIN_ERROR);
+        ck_assert_msg(strstr(p->last_error(h), "par_min"), "%s", p->last_error(h));
+    }
     /* reset: position 0 again; every cache slot zero */
     ck_assert_int_eq(p->reset(h), QC_PLUGIN_OK);
     ck_assert_int_eq(p->forward(h, toks, 1, 1, 0, lg), QC_PLUGIN_ERROR);
@@ -686,6 +697,11 @@ START_TEST(error_paths) {
     ck_assert_int_ne(p->open(F32_MODEL, "max_context=8,max_tokens=9", &info, &hh), QC_PLUGIN_OK);
     ck_assert_str_ne(p->last_error(NULL), "");
     ck_assert_int_ne(p->open(F32_MODEL, "nonsense", &info, &hh), QC_PLUGIN_OK);
+    /* the backend's own options at open: checked when the backend is created */
+    ck_assert_int_eq(p->open(F32_MODEL, "gemm_min=0", &info, &hh), _i == 1 ? QC_PLUGIN_ERROR : QC_PLUGIN_UNSUPPORTED);
+    ck_assert_msg(strstr(p->last_error(NULL), "gemm_min"), "%s", p->last_error(NULL));
+    ck_assert_int_eq(p->open(F32_MODEL, "gemm_min=3", &info, &hh), _i == 1 ? QC_PLUGIN_OK : QC_PLUGIN_UNSUPPORTED);
+    if (_i == 1) p->close(hh);
     ck_assert_int_eq(p->open(F32_MODEL, "threads=2", &info, &hh),
                      _i == 1 ? QC_PLUGIN_OK : QC_PLUGIN_UNSUPPORTED);
     if (_i == 1) p->close(hh);

@@ -309,6 +309,62 @@ START_TEST(bit_identical_for_1_2_3_threads) {
 }
 END_TEST
 
+/* bf16_dot: refused where the CPU lacks AVX512_BF16 and for a value not 0 / 1; on, the BF16
+ * GEMM path is still bit-identical for 1, 2, 3 threads, differs from the float32 path (the
+ * activations are rounded) and stays close to it */
+static const char *const PAR0_BD[] = {"par_min", "0", "bf16_dot", "1", NULL};
+
+START_TEST(bf16_dot_thread_invariant_and_close) {
+    qc_model *m = tiny_model(0, QC_BF16);
+    qc_backend_opts bo;
+    qc_backend_opts_default(&bo);
+    bo.max_tokens = 8;
+    qc_backend *be = NULL;
+    qc_err e = {0};
+    ck_assert_int_eq(qc_optimized_create(m, &bo, &be, &e), QC_OK);
+    ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "2", &e), QC_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "option bf16_dot: '2' is not 0 or 1"), "%s", e.msg);
+    if (!qc_opt_cpu_has_bf16dot()) {
+        ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "1", &e), QC_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(e.msg, "AVX512_BF16"), "%s", e.msg);
+        qc_backend_destroy(be);
+        qc_model_free(m);
+        return;
+    }
+    ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "1", &e), QC_OK);
+    ck_assert_ptr_nonnull(((const qc_opt *)be->impl)->bd);
+    ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "0", &e), QC_OK);
+    ck_assert_ptr_null(((const qc_opt *)be->impl)->bd);
+    qc_backend_destroy(be);
+    int32_t toks[64];
+    make_tokens(toks, 43, m->cfg.vocab_size, 7);
+    const int V = m->cfg.vocab_size, n = 43;
+    run_out r[4];
+    for (int t = 0; t < 4; t++) {
+        run_cfg rc = {"optimized", QC_MODE_DYNAMIC, 40, QC_DN_CHUNKED, 8, t < 3 ? t + 1 : 1,
+                      t < 3 ? PAR0_BD : PAR0};
+        run_seq(m, &rc, toks, 40, 3, &r[t]);
+    }
+    for (int t = 1; t < 3; t++)
+        ck_assert_msg(!memcmp(r[0].logits, r[t].logits, (size_t)n * V * 4),
+                      "bf16_dot: logits differ between 1 and %d threads", t + 1);
+    ck_assert_msg(memcmp(r[0].logits, r[3].logits, (size_t)n * V * 4) != 0,
+                  "bf16_dot changed nothing");
+    /* close: the NMSE of the logits (the bf16 tier's measure; on this tiny random model the
+     * rounded activations move them by ~1e-3, as on the BF16 fixtures) */
+    double se = 0, sg = 0;
+    for (size_t i = 0; i < (size_t)n * V; i++) {
+        const double d = (double)r[0].logits[i] - r[3].logits[i];
+        se += d * d;
+        sg += (double)r[3].logits[i] * r[3].logits[i];
+    }
+    ck_assert_msg(se / sg < 1e-2, "bf16_dot vs float32 logits: nmse %g", se / sg);
+
+    for (int t = 0; t < 4; t++) run_free(&r[t]);
+    qc_model_free(m);
+}
+END_TEST
+
 /* ===================================================================================== */
 /* Interface                                                                              */
 /* ===================================================================================== */
@@ -552,6 +608,7 @@ Suite *opt_backend_suite(void) {
     TCase *ti = tcase_create("interface");
     tcase_add_test(ti, errors_and_trace);
     tcase_add_test(ti, options_gemm_min_par_min);
+    tcase_add_test(ti, bf16_dot_thread_invariant_and_close);
     tcase_add_test(ti, last_logits_equal_last_row);
     suite_add_tcase(s, ti);
     return s;

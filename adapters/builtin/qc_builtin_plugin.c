@@ -29,6 +29,8 @@
  *                  QCB_HIDDEN_BUDGET bytes); <= max_context
  *   threads=N      optimized only: OpenMP threads (0 = the OpenMP default)
  *   dn_kernel=chunked|recurrent, chunk_size=N  as set_option
+ *   any other key=value: the backend's own option (qc_backend_set_option; the optimized
+ *                  backend's gemm_min, par_min, bf16_dot), kept across a re-created backend
  *
  * Positions: the backend never advances state->pos (qc_backend.h); forward does it here, as the
  * prefill controller (runtime/qc_prefill.c) does: pos = start_pos + n after a successful call.
@@ -77,6 +79,10 @@ typedef struct {
     qc_state *snap[QC_PLUGIN_MIN_SNAPSHOTS]; /* snapshots (created on first use) */
     int cur;               /* the current sequence */
     qc_backend_opts opts;  /* what the backend was (or will be re-) created with */
+    char bkeys[8][64], bvals[8][64]; /* the backend's own options set so far (set_option of
+                                        any other key, e.g. the optimized bf16_dot), re-applied
+                                        when the backend is re-created */
+    int nb;                /* entries of bkeys / bvals */
     int capacity;          /* state positions */
     int max_tokens;        /* largest n per call */
     int L1, H, V;          /* L + 1, hidden size, vocabulary */
@@ -149,6 +155,19 @@ static void qcb_trace(void *user, int index, const char *name, int start_pos, in
     h->seen[index] = 1;
 }
 
+/* A refused backend option as the plugin's code and message: an unknown key is
+ * QC_PLUGIN_UNSUPPORTED naming every key known. */
+static int option_error(qcb_handle *h, const char *key, qc_status s, const qc_err *e) {
+    if ((s == QC_ERR_UNSUPPORTED && strstr(e->msg, "has no option")) ||
+        (s == QC_ERR_ARG && strstr(e->msg, "unknown option")))
+        return seterr(h, QC_PLUGIN_UNSUPPORTED,
+                      "unknown option '%s' (known: max_context, max_tokens, threads, dn_kernel, "
+                      "chunk_size%s%s)", key, s == QC_ERR_ARG ? "; " : "",
+                      s == QC_ERR_ARG ? e->msg : "");
+    return seterr(h, s == QC_ERR_UNSUPPORTED ? QC_PLUGIN_UNSUPPORTED : QC_PLUGIN_ERROR, "%s",
+                  e->msg);
+}
+
 /* (Re)create the backend from h->opts (the trace hook installed). */
 static int make_backend(qcb_handle *h) {
     qc_backend_opts o = h->opts;
@@ -161,8 +180,34 @@ static int make_backend(qcb_handle *h) {
     if (s != QC_OK)
         return seterr(h, QC_PLUGIN_ERROR, "%s backend: %s (%s)", QC_PLUGIN_BACKEND, e.msg,
                       qc_status_str(s));
+    for (int i = 0; i < h->nb; i++)
+        if ((s = qc_backend_set_option(be, h->bkeys[i], h->bvals[i], &e)) != QC_OK) {
+            qc_backend_destroy(be);
+            return option_error(h, h->bkeys[i], s, &e);
+        }
     qc_backend_destroy(h->be);
     h->be = be;
+    return QC_PLUGIN_OK;
+}
+
+/* Any other key: the backend's own set_option, kept for a re-created backend (before the
+ * backend exists, at open: kept, and checked when it is created). */
+static int backend_option(qcb_handle *h, const char *key, const char *value) {
+    if (h->be) {
+        qc_err e;
+        qc_err_clear(&e);
+        qc_status s = qc_backend_set_option(h->be, key, value, &e);
+        if (s != QC_OK) return option_error(h, key, s, &e);
+    }
+    int i = 0;
+    while (i < h->nb && strcmp(h->bkeys[i], key)) i++;
+    if (i == h->nb) {
+        if (h->nb == 8 || strlen(key) >= 64 || strlen(value) >= 64)
+            return seterr(h, QC_PLUGIN_ERROR, "%s: too many or too long backend options", key);
+        h->nb++;
+    }
+    snprintf(h->bkeys[i], sizeof h->bkeys[i], "%s", key);
+    snprintf(h->bvals[i], sizeof h->bvals[i], "%s", value);
     return QC_PLUGIN_OK;
 }
 
@@ -232,8 +277,7 @@ static int apply_option(qcb_handle *h, const char *key, const char *value) {
         h->opts.chunk_size = n; /* the next forward's call */
         return QC_PLUGIN_OK;
     }
-    return seterr(h, QC_PLUGIN_UNSUPPORTED,
-                  "unknown option '%s' (known: threads, dn_kernel, chunk_size)", key);
+    return backend_option(h, key, value);
 }
 
 /* Largest capacity <= want whose qc_state_bytes stays within budget (at least 1). */
@@ -287,8 +331,7 @@ static int parse_open_options(const char *options, qcb_open_opts *o) {
             }
             if (strcmp(k, "max_context") == 0) o->want_ctx = n;
             else o->want_tok = n;
-        } else if (strcmp(k, "threads") == 0 || strcmp(k, "dn_kernel") == 0 ||
-                   strcmp(k, "chunk_size") == 0) {
+        } else { /* threads, dn_kernel, chunk_size, or the backend's own (checked at create) */
             if (o->n == 16 || strlen(k) >= sizeof o->keys[0] || strlen(v) >= sizeof o->vals[0]) {
                 rc = seterr(NULL, QC_PLUGIN_ERROR, "open: too many or too long options");
                 break;
@@ -296,12 +339,6 @@ static int parse_open_options(const char *options, qcb_open_opts *o) {
             snprintf(o->keys[o->n], sizeof o->keys[0], "%s", k);
             snprintf(o->vals[o->n], sizeof o->vals[0], "%s", v);
             o->n++;
-        } else {
-            rc = seterr(NULL, QC_PLUGIN_UNSUPPORTED,
-                        "open: unknown option '%s' (known: max_context, max_tokens, threads, "
-                        "dn_kernel, chunk_size)",
-                        k);
-            break;
         }
     }
     free(buf);
