@@ -5,7 +5,7 @@
 the adapter path shows.
 
   bench_crosscheck.py --bench B.json [--llama-bench L.json] [--npm-name NAME] [--native 0|1]
-                      [--build-info DIR] [--append REPORT.md]
+                      [--build-info DIR] [--weights TEXT] [--append REPORT.md]
 
 Prints a Markdown section (and appends it to REPORT.md when given): the CPU (vendor,
 family/model, name, flags: bench's machine block; llama-bench's cpu_info), the run's probes
@@ -14,6 +14,9 @@ family/model, name, flags: bench's machine block; llama-bench's cpu_info), the r
 adapter (backend `llamacpp`: the native build with --native 1, the npm one with --native 0),
 llama.cpp npm via the adapter (backend NPM-NAME, when given), llama-bench (native; median of
 its samples_ts [min-max]) and the ratios ours / each, adapter native / llama-bench.
+--weights TEXT: a line "- weights: TEXT" under the CPU (ci/bench-llamacpp's Q8_0 run names both
+weight files and ci/q8_blocks.py's verdict there); the title's weight type is then TEXT's
+first word (before ':'), not bench's config.dtype.
 Exit 0; 2 when a file or field is bad (named).
 """
 import argparse
@@ -117,6 +120,7 @@ def main():
     ap.add_argument("--npm-name")
     ap.add_argument("--native", type=int, choices=(0, 1), default=1)
     ap.add_argument("--build-info")
+    ap.add_argument("--weights")
     ap.add_argument("--append")
     a = ap.parse_args()
 
@@ -130,8 +134,11 @@ def main():
     cols = [("optimized", "ours (optimized)"), ("llamacpp", ll_name)]
     if a.npm_name:
         cols.append((a.npm_name, "llama.cpp npm via adapter"))
-    out = [f"## Cross-check: llama.cpp via the adapter vs llama-bench ({cfg.get('dtype', '?')})", ""]
+    wtype = a.weights.split(":")[0].strip() if a.weights and ":" in a.weights else cfg.get("dtype", "?")
+    out = [f"## Cross-check: llama.cpp via the adapter vs llama-bench ({wtype})", ""]
     out += machine_lines(rep, lb_raw)
+    if a.weights:
+        out.append(f"- weights: {a.weights}")
     if a.native and a.build_info:
         secs = os.path.join(a.build_info, "build.seconds")
         took = open(secs).read().strip() + " s" if os.path.exists(secs) else "?"

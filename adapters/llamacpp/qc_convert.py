@@ -2,7 +2,7 @@
 """qc_convert.py -- run llama.cpp's STOCK convert_hf_to_gguf.py, unmodified and in-process, on a
 Hugging Face-format Qwen3.5 checkpoint, on a machine that lacks what it expects.
 
-    /usr/bin/python3 qc_convert.py --llama-src DIR MODEL_DIR OUT.gguf [--outtype f32|bf16|f16]
+    /usr/bin/python3 qc_convert.py --llama-src DIR MODEL_DIR OUT.gguf [--outtype f32|bf16|f16|q8_0]
                                    [--mtp auto|keep|drop] [--mrope-section stock|auto]
 
 DIR is llama.cpp's source tree (v0.5.0, cloned from node-llama-cpp's llama/gitRelease.bundle by
@@ -49,6 +49,21 @@ Workarounds, each for a thing this machine or the fixtures lack:
    rotary pairs computes the same RoPE). Off by default: the stock behaviour is what is tested.
 7. Output type f32 by default (`--outtype f32` of the converter), so llama.cpp computes in
    float32 and is compared with the fp32 tolerance tier; bf16 / f16 on request.
+8. --outtype q8_0 on a checkpoint with Q8_0 pairs (qwen-conform's convention, docs/qwen35-
+   model.md 3.3: I8 `X.weight` [out, in] + F16 `X.weight_scale` [out, in/32]): the stock
+   converter knows no such pair (no quantization_config), so each pair is joined in
+   ModelBase.dequant_model into the float32 weight d * q (exact: 7 + 11 bits) and forced to
+   Q8_0 through tensor_force_quant -- the converter's own `--fp8-as-q8` mechanism -- while the
+   converter runs with the checkpoint's float type as --outtype (config.json dtype: bfloat16
+   -> bf16, float16 -> f16, float32 -> f32), so every other tensor (embedding, tied output,
+   norms, conv1d) is what that float conversion writes; general.file_type says MOSTLY_Q8_0.
+   The converter's Q8_0 (gguf-py quants.Q8_0, "bit-exact with ggml-quants.c") of a block
+   d * q with max|q| = 127 gives back d (= 127 d / 127, exact in float32) and q (q d * fl(1/d)
+   is within 2^-22 |q| of q): the GGUF holds the checkpoint's own 34-byte blocks {f16 d;
+   int8 q[32]} (ci/bench-llamacpp checks it, ci/q8_blocks.py). A checkpoint without pairs and
+   --outtype q8_0 is the stock Q8_0 conversion (the converter quantizes every 2-D weight,
+   embedding included, with its formula: d = f16(amax / 127), q = round-half-away(x / (amax /
+   127)) -- not qcgolden's round-half-even of x / f16(d), so not the same blocks).
 
 Exit status: the converter's (0 on success); its log goes to stderr. Nothing is written except
 OUT.gguf (the converter writes it; on failure a partial file is removed).
@@ -153,6 +168,59 @@ def dummy_vocab(vocab_size: int) -> tuple[list[str], list[str]]:
     return tokens, merges
 
 
+Q8_SCALE = ".weight_scale"   # X.weight (I8) + X.weight_scale (F16): qwen-conform's Q8_0 pair
+FLOAT_OUTTYPE = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+
+
+def q8_pairs(model_dir: str) -> list[str]:
+    """The weight names (as in the files) that have an X.weight_scale next to them."""
+    names = set(_safetensors_names(model_dir))
+    return sorted(n[:-len("_scale")] for n in names
+                  if n.endswith(Q8_SCALE) and n[:-len("_scale")] in names)
+
+
+def _patch_q8_pairs(torch, gguf, conversion_base) -> None:
+    """Workaround 8: the pairs dequantized (exact) and forced back to Q8_0."""
+    ModelBase = conversion_base.ModelBase
+    orig_dequant = ModelBase.dequant_model
+    orig_force = ModelBase.tensor_force_quant
+
+    def dequant_q8_pairs(self):
+        self._qc_q8 = set()
+        for sname in [n for n in self.model_tensors if n.endswith(Q8_SCALE)]:
+            wname = sname[:-len("_scale")]
+            if wname not in self.model_tensors:
+                continue
+            w, s = self.model_tensors[wname], self.model_tensors.pop(sname)
+
+            def joined(w=w, s=s, wname=wname):
+                q, d = w(), s()
+                if q.dtype != torch.int8 or d.dtype != torch.float16 or q.ndim != 2 \
+                        or tuple(d.shape) != (q.shape[0], q.shape[1] // 32) or q.shape[1] % 32:
+                    raise ValueError(f"qc_convert: {wname}: a Q8_0 pair is I8 [out, in] + F16 "
+                                     f"[out, in/32], not {q.dtype} {list(q.shape)} + "
+                                     f"{d.dtype} {list(d.shape)}")
+                rows, nb = q.shape[0], q.shape[1] // 32   # (reshape: the lazy meta tensors
+                return (q.float().reshape(rows, nb, 32)   # have no repeat_interleave)
+                        * d.float().reshape(rows, nb, 1)).reshape(rows, nb * 32)
+            self.model_tensors[wname] = joined
+            self._qc_q8.add(wname)
+        conversion_base.logger.info(f"qc_convert: {len(self._qc_q8)} Q8_0 pairs (I8 + F16 "
+                                    "scale) dequantized, written as Q8_0")
+        return orig_dequant(self)
+
+    def force_q8(self, name, new_name, bid, n_dims):
+        if name in getattr(self, "_qc_q8", ()) and n_dims == 2:
+            return gguf.GGMLQuantizationType.Q8_0
+        return orig_force(self, name, new_name, bid, n_dims)
+
+    ModelBase.dequant_model = dequant_q8_pairs
+    ModelBase.tensor_force_quant = force_q8
+    orig_file_type = gguf.GGUFWriter.add_file_type
+    gguf.GGUFWriter.add_file_type = \
+        lambda self, ftype: orig_file_type(self, gguf.LlamaFileType.MOSTLY_Q8_0)
+
+
 def _patch_converter(torch, gguf, conversion_base) -> None:
     TextModel = conversion_base.TextModel
 
@@ -185,7 +253,7 @@ def _patch_converter(torch, gguf, conversion_base) -> None:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-src", required=True, help="llama.cpp source tree (v0.5.0)")
-    ap.add_argument("--outtype", choices=["f32", "bf16", "f16"], default="f32")
+    ap.add_argument("--outtype", choices=["f32", "bf16", "f16", "q8_0"], default="f32")
     ap.add_argument("--mtp", choices=["auto", "keep", "drop"], default="auto")
     ap.add_argument("--mrope-section", choices=["stock", "auto"], default="stock")
     ap.add_argument("--version", action="version", version=CONVERTER_VERSION)
@@ -217,6 +285,13 @@ def main(argv: list[str]) -> int:
     import conversion.base as conversion_base  # noqa: E402
 
     _patch_converter(torch, gguf, conversion_base)
+    outtype = args.outtype
+    if outtype == "q8_0" and q8_pairs(args.model_dir):
+        dt = str(text_cfg.get("dtype") or text_cfg.get("torch_dtype") or "bfloat16")
+        outtype = FLOAT_OUTTYPE.get(dt, "bf16")
+        _patch_q8_pairs(torch, gguf, conversion_base)
+        print(f"qc_convert: {len(q8_pairs(args.model_dir))} Q8_0 pairs: kept as Q8_0 blocks, "
+              f"every other tensor as --outtype {outtype} (config.json dtype {dt})", file=sys.stderr)
     if args.mrope_section == "auto":
         rp = text_cfg.get("rope_parameters") or {}
         if "mrope_section" not in rp:
@@ -232,7 +307,7 @@ def main(argv: list[str]) -> int:
                   f"(sum = rotary dim {2 * half} / 2) instead of the stock [11, 11, 10, 0]",
                   file=sys.stderr)
 
-    conv_argv = [script, args.model_dir, "--outfile", args.outfile, "--outtype", args.outtype]
+    conv_argv = [script, args.model_dir, "--outfile", args.outfile, "--outtype", outtype]
     if args.mtp == "drop":
         conv_argv.append("--no-mtp")
     elif args.mtp == "auto" and not mtp_tensors_present(args.model_dir):

@@ -15,7 +15,7 @@ From golden/ (or with PYTHONPATH=golden), the same as a module:
   write-model --fixture NAME --out DIR [--force]
         write one fixture checkpoint (see qcgolden/fixtures.py) somewhere else
   write-model --preset 0.8b|2b|4b|9b|27b|35b-a3b|122b-a10b|397b-a17b|2.4t-a95b
-        --dtype bf16|f32|f16 --out DIR
+        --dtype bf16|f32|f16|q8_0 --out DIR
         [--seed N] [--layers N] [--shards N | --max-shard-size SIZE] [--force]
         a seeded synthetic checkpoint with a preset's real dimensions (the C presets of
         `qwen-conform bench --synthetic`), written tensor by tensor (qcgolden/preset.py)
@@ -634,7 +634,7 @@ def cmd_write_preset(a):
         raise InputError("--preset %r: unknown (known: %s)" % (a.preset, ", ".join(preset.PRESETS)))
     dtype = (a.dtype or "bf16").lower()
     if dtype not in preset.DTYPES:
-        raise InputError("--dtype %r: bf16, f32 or f16" % a.dtype)
+        raise InputError("--dtype %r: bf16, f32, f16 or q8_0" % a.dtype)
     if a.shards is not None and a.max_shard_size is not None:
         raise InputError("write-model: --shards and --max-shard-size exclude each other")
     max_shard = preset.DEFAULT_MAX_SHARD
@@ -715,7 +715,8 @@ def build_parser():
     w.add_argument("--preset", help="a seeded synthetic checkpoint with this preset's real "
                    "dimensions (0.8b, 2b, 4b, 9b, 27b, 35b-a3b, 122b-a10b, 397b-a17b, "
                    "2.4t-a95b)")
-    w.add_argument("--dtype", help="(--preset) storage dtype bf16 (default), f32 or f16")
+    w.add_argument("--dtype", help="(--preset) storage dtype bf16 (default), f32, f16 or q8_0 "
+                   "(the projections Q8_0: I8 + F16 scale, the rest BF16)")
     w.add_argument("--seed", type=_int_arg("--seed", 0, 2 ** 32 - 1), default=None,
                    metavar="N", help="(--preset) weights seed (default 1)")
     w.add_argument("--layers", type=_int_arg("--layers", 1, 1000), default=None, metavar="N",

@@ -11,6 +11,12 @@ qc_config_preset: the same table, checked by golden/tests/test_write_model_prese
   model.safetensors    or model-0000i-of-0000n.safetensors + model.safetensors.index.json when
                        the weights exceed --max-shard-size (default 2 GB) or --shards N is given
 
+`--dtype q8_0`: the 2-D projections of the dense layers (q8_0.quantizable) stored as Q8_0 --
+I8 `X.weight` [out, in] + F16 `X.weight_scale` [out, in/32], quantized from the float64 values
+by q8_0.quantize block of rows by block of rows (a row is whole in a block, so the bytes are
+init.make_weights' with weight_type "q8_0") -- and every other tensor BF16 as `--dtype bf16`
+(docs/qwen35-model.md 3.3; the tied embedding, the lm_head of the small presets, stays BF16).
+
 Tensor names, layouts, storage dtypes (BF16 keeps linear_attn.A_log / norm.weight in F32 as
 the real checkpoints do) and values are the fixture writer's (init.py: N(0, 1/sqrt(fan_in))
 projections, the per-name RandomState streams), generated and written tensor by tensor in
@@ -29,6 +35,7 @@ import numpy as np
 
 from . import checkpoint
 from . import init
+from . import q8_0
 from . import safetensors
 
 # runtime/qc_config.c qc_config_preset: name -> (H, I, L, nh, nkv, nv, tie, E, topk, Ie, Is)
@@ -49,7 +56,8 @@ COMMON = dict(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_k
               linear_value_head_dim=128, linear_conv_kernel_dim=4, rms_norm_eps=1e-6,
               rope_theta=1e7, partial_rotary_factor=0.25)
 MAX_POSITION_EMBEDDINGS = 262144
-DTYPES = {"bf16": "BF16", "f32": "F32", "f16": "F16"}
+# --dtype -> the storage dtype of the float tensors; q8_0 also sets weight_type "q8_0"
+DTYPES = {"bf16": "BF16", "f32": "F32", "f16": "F16", "q8_0": "BF16"}
 DEFAULT_MAX_SHARD = 2 * 10 ** 9           # bytes of tensor data per shard (2 GB)
 CHUNK_ELEMS = 1 << 22                     # rows per block: about 4M values (32 MB float64)
 
@@ -73,6 +81,7 @@ def spec(preset, dtype="bf16", seed=1, layers=None, vocab_size=None):
         name="preset-%s" % preset, seed=seed, hidden_size=H, intermediate_size=I,
         layer_types=types, num_attention_heads=nh, num_key_value_heads=nkv,
         linear_num_value_heads=nv, tie_word_embeddings=bool(tie), dtype=DTYPES[dtype],
+        weight_type="q8_0" if dtype == "q8_0" else "float",
         nested=True, num_experts=E, num_experts_per_tok=topk, moe_intermediate_size=Ie,
         shared_expert_intermediate_size=Is,
         description="synthetic %s (seed %d)" % (preset, seed), **kw)
@@ -96,16 +105,25 @@ def config_text(s):
 
 def entries(s):
     """[(file tensor name, canonical name, dtype, shape)] in file order (sorted names), as
-    init.make_weights names and stores them (split layout, fused experts, no extras)."""
+    init.make_weights names and stores them (split layout, fused experts, no extras). With
+    weight_type "q8_0" a quantizable weight is two entries: (X.weight, n, "I8", [out, in]) and
+    (X.weight_scale, n + "_scale", "F16", [out, in/32])."""
+    wt = getattr(s, "weight_type", "float")
     if s.legacy_packed or s.extras or (s.num_experts and s.expert_layout != "fused") or \
-            getattr(s, "weight_type", "float") != "float":
-        raise ValueError("streaming writer: float weights, split layout, fused experts, "
-                         "no extras only")
+            wt not in ("float", "q8_0"):
+        raise ValueError("streaming writer: float or q8_0 weights, split layout, fused "
+                         "experts, no extras only")
     prefix = "model.language_model." if s.nested else "model."
     out = []
     for n, shape in checkpoint.expected_shapes(s.text_config()).items():
         fname = "lm_head.weight" if n == "lm_head.weight" else prefix + n
-        out.append((fname, n, init.storage_dtype(s, n), tuple(int(d) for d in shape)))
+        shape = tuple(int(d) for d in shape)
+        if wt == "q8_0" and q8_0.quantizable(n):
+            out.append((fname, n, "I8", shape))
+            out.append((fname + q8_0.SCALE_SUFFIX, n + q8_0.SCALE_SUFFIX, "F16",
+                        (shape[0], shape[1] // q8_0.BLOCK)))
+        else:
+            out.append((fname, n, init.storage_dtype(s, n), shape))
     return sorted(out)
 
 
@@ -141,6 +159,28 @@ def tensor_blocks(s, name, shape, chunk=CHUNK_ELEMS):
     step = max(1, chunk // row)
     for r0 in range(0, shape[0], step):
         yield rs.normal(0.0, std, (min(step, shape[0] - r0),) + tuple(shape[1:]))
+
+
+def entry_blocks(s, name, dtype, shape, scales, chunk=CHUNK_ELEMS):
+    """The blocks of rows to write for one entry of entries(s): tensor_blocks, or for a Q8_0
+    pair the quants (I8 entry; its scales kept in `scales`, a dict, for the F16 entry that
+    follows it in file order) and the scales (taken from `scales`, or computed again from the
+    weight's values when its quants were not written through this dict)."""
+    if dtype == "I8":
+        ds = scales.setdefault(name, [])
+        for block in tensor_blocks(s, name, shape, chunk):
+            q, d = q8_0.quantize(block)
+            ds.append(d)
+            yield q
+    elif name.endswith(".weight" + q8_0.SCALE_SUFFIX):
+        w = name[:-len(q8_0.SCALE_SUFFIX)]
+        if w in scales:
+            yield from scales.pop(w)
+        else:
+            for block in tensor_blocks(s, w, (shape[0], shape[1] * q8_0.BLOCK), chunk):
+                yield q8_0.quantize(block)[1]
+    else:
+        yield from tensor_blocks(s, name, shape, chunk)
 
 
 def _nbytes(dtype, shape):
@@ -199,6 +239,7 @@ def write(s, out_dir, config_bytes=None, shards=None, max_shard_bytes=DEFAULT_MA
     if created:
         os.makedirs(out_dir)
     written = []   # temp files, then renamed
+    scales = {}    # Q8_0: weight name -> its scale blocks, until the scale entry is written
     try:
         done_bytes = 0
         for fname, group in files:
@@ -207,7 +248,7 @@ def write(s, out_dir, config_bytes=None, shards=None, max_shard_bytes=DEFAULT_MA
             with open(tmp, "wb") as f:
                 f.write(header(group, meta))
                 for tname, canon, dtype, shape in group:
-                    for block in tensor_blocks(s, canon, shape):
+                    for block in entry_blocks(s, canon, dtype, shape, scales):
                         f.write(safetensors.encode(block, dtype))
                     done_bytes += _nbytes(dtype, shape)
                     if progress:
