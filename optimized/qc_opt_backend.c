@@ -432,6 +432,11 @@ static void forward_body(qc_backend *be, const opt_call *cl) {
 
 static const char *opt_describe(const qc_backend *be) { return ((const qc_opt *)be->impl)->desc; }
 
+void qc_opt_describe_set(qc_opt *o) {
+    snprintf(o->desc, sizeof o->desc, "optimized (%s%s, %d thread%s)", o->k->isa,
+             o->bd ? " + BF16 dot" : "", o->nthreads, o->nthreads == 1 ? "" : "s");
+}
+
 static void opt_destroy(qc_backend *be) {
     if (!be) return;
     opt_free(be->impl);
@@ -626,8 +631,7 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     opt_geometry(o, c, &op);
     o->gemm_min = 8;      /* the defaults; set_option changes them between calls */
     o->par_min = 1 << 16;
-    snprintf(o->desc, sizeof o->desc, "optimized (%s, %d thread%s)", o->k->isa, o->nthreads,
-             o->nthreads == 1 ? "" : "s");
+    qc_opt_describe_set(o);
 
     /* count, allocate, carve, fill: the same layout as qc_optimized_scratch_bytes */
     const int T = o->nthreads;

@@ -208,6 +208,9 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
 
 /* ---- named options (qc_opt_options.c) ---- */
 
+/* o->desc from the ISA, the BF16 dot option and the threads (create, set_option) */
+void qc_opt_describe_set(qc_opt *o);
+
 /* The backend's set_option: gemm_min = integer >= 1, par_min = number >= 0, effective from the
  * next call; QC_ERR_ARG naming an unknown key or a bad value. */
 qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, qc_err *err);

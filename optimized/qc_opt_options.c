@@ -64,14 +64,12 @@ qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, 
         if (strcmp(value, "0") && strcmp(value, "1"))
             return qc_errf(err, QC_ERR_ARG, "optimized: option bf16_dot: '%.40s' is not 0 or 1",
                            value);
-        if (value[0] == '0') {
-            o->bd = NULL;
-            return QC_OK;
-        }
-        o->bd = qc_opt_bf16dot_pick();
-        if (!o->bd)
+        const qc_opt_bf16dot *bd = value[0] == '1' ? qc_opt_bf16dot_pick() : NULL;
+        if (value[0] == '1' && !bd)
             return qc_errf(err, QC_ERR_UNSUPPORTED, "optimized: option bf16_dot: this CPU (or "
                            "the ISA chosen, %s) has no AVX512_BF16", o->k->isa);
+        o->bd = bd;
+        qc_opt_describe_set(o);
         return QC_OK;
     }
     return qc_errf(err, QC_ERR_ARG, "optimized: unknown option '%.60s' (%s)", key, OPT_KEYS);

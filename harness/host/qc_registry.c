@@ -181,6 +181,23 @@ qc_status qc_registry_parse(const char *spec, double timeout_s, qc_runtime_spec 
         snprintf(out->target, sizeof out->target, "%s", spec);
         return QC_OK;
     }
+    { /* a built-in with its own options: "optimized,bf16_dot=1" (set_option at create) */
+        const char *comma = strchr(spec, ',');
+        char base[64];
+        if (comma && (size_t)(comma - spec) < sizeof base) {
+            snprintf(base, sizeof base, "%.*s", (int)(comma - spec), spec);
+            if (builtin_find(base)) {
+                if (!comma[1] || !strchr(comma + 1, '='))
+                    return qc_errf(err, QC_ERR_ARG, "--backend %s: options are key=value[,...]",
+                                   spec);
+                out->kind = QC_RT_BUILTIN;
+                snprintf(out->name, sizeof out->name, "%s", spec);
+                snprintf(out->target, sizeof out->target, "%s", base);
+                snprintf(out->options, sizeof out->options, "%s", comma + 1);
+                return QC_OK;
+            }
+        }
+    }
     if (!strncmp(spec, "plugin:", 7)) {
         out->kind = QC_RT_PLUGIN;
         split_options(spec + 7, out->target, sizeof out->target, out->options, sizeof out->options);
@@ -338,6 +355,33 @@ static void exec_set_dims(void *handle, const qc_config *cfg) {
 /* create                                                                                */
 /* ===================================================================================== */
 
+/* The options of "NAME,k=v[,k=v...]" through the backend's set_option; on an error the backend
+ * is destroyed (*out NULL) and the message names the spec. */
+static qc_status builtin_options(const qc_runtime_spec *rs, qc_backend *be, qc_backend **out,
+                                 qc_err *err) {
+    char buf[sizeof rs->options];
+    snprintf(buf, sizeof buf, "%s", rs->options);
+    qc_status s = QC_OK;
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv && !s;
+         kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) {
+            s = qc_errf(err, QC_ERR_ARG, "--backend %s: '%s' is not key=value", rs->name, kv);
+            break;
+        }
+        *eq = '\0';
+        qc_err e;
+        qc_err_clear(&e);
+        if (qc_backend_set_option(be, kv, eq + 1, &e) != QC_OK)
+            s = qc_errf(err, QC_ERR_ARG, "--backend %s: %s", rs->name, e.msg);
+    }
+    if (s) {
+        qc_backend_destroy(be);
+        *out = NULL;
+    }
+    return s;
+}
+
 qc_status qc_registry_create(const qc_runtime_spec *rs, const char *model_dir, const qc_model *m,
                              const qc_backend_opts *o, qc_backend **out, qc_err *err) {
     *out = NULL;
@@ -348,7 +392,9 @@ qc_status qc_registry_create(const qc_runtime_spec *rs, const char *model_dir, c
     if (rs->kind == QC_RT_BUILTIN) {
         const builtin_entry *b = builtin_find(rs->target);
         if (!b) return qc_errf(err, QC_ERR_ARG, "unknown built-in backend '%s'", rs->target);
-        return b->create(m, o, out, err);
+        qc_status s = b->create(m, o, out, err);
+        if (s || !rs->options[0]) return s;
+        return builtin_options(rs, *out, out, err);
     }
     qc_plugin_info info;
     memset(&info, 0, sizeof info);
