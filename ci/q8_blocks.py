@@ -62,8 +62,17 @@ def st_tensors(ckpt):
     return out
 
 
+def pair_blocks(wb, sb, rows, nb):
+    """uint8 [rows, nb, 34]: the pair's llama.cpp blocks {f16 d; int8 q[32]}"""
+    blocks = np.empty((rows, nb, BLOCK_BYTES), dtype=np.uint8)
+    blocks[:, :, :2] = np.asarray(sb).reshape(rows, nb, 2)
+    blocks[:, :, 2:] = np.asarray(wb).reshape(rows, nb, BLOCK)
+    return blocks
+
+
 def ckpt_rows(ckpt):
-    """{row digest: [tensor name, ...]} and {tensor name: (rows, blocks)} of the Q8_0 pairs"""
+    """{row digest: [tensor name, ...]} and {tensor name: (I8 bytes, F16 bytes, rows, blocks
+    per row)} of the Q8_0 pairs (the blocks are built one tensor at a time: 0.8B holds 0.5 GB)"""
     ts = st_tensors(ckpt)
     rows = collections.defaultdict(list)
     pairs = {}
@@ -77,12 +86,10 @@ def ckpt_rows(ckpt):
             die(f"{ckpt}: {wname}: {wdt} {list(wsh)} + {sdt} {list(ssh)} is not a Q8_0 pair "
                 f"(I8 [out, in] + F16 [out, in/32])")
         nb = wsh[1] // BLOCK
-        blocks = np.empty((wsh[0], nb, BLOCK_BYTES), dtype=np.uint8)
-        blocks[:, :, :2] = np.asarray(sb).reshape(wsh[0], nb, 2)
-        blocks[:, :, 2:] = np.asarray(wb).reshape(wsh[0], nb, BLOCK)
+        blocks = pair_blocks(wb, sb, wsh[0], nb)
         for r in range(wsh[0]):
             rows[hashlib.blake2b(blocks[r].tobytes(), digest_size=16).digest()].append(wname)
-        pairs[wname] = blocks
+        pairs[wname] = (wb, sb, wsh[0], nb)
     if not pairs:
         die(f"{ckpt}: no Q8_0 pair (X.weight I8 + X.weight_scale F16)")
     return rows, pairs
@@ -115,10 +122,10 @@ def nearest(pairs, row):
     best = None
     nb = row.size // BLOCK_BYTES
     r = row.reshape(nb, BLOCK_BYTES)
-    for name, b in pairs.items():
-        if b.shape[1] != nb:
+    for name, (wb, sb, rows, n) in pairs.items():
+        if n != nb:
             continue
-        ne = b != r[None]
+        ne = pair_blocks(wb, sb, rows, n) != r[None]
         nbytes = ne.sum(axis=(1, 2))
         i = int(nbytes.argmin())
         if best is None or nbytes[i] < best[3]:
@@ -154,7 +161,7 @@ def main(argv):
         print(f"  {name:28s} Q8_0 {t.shape[0]} rows x {t.shape[1] // BLOCK_BYTES} blocks <- "
               + (", ".join(f"{n} ({c})" for n, c in sorted(srcs.items())) or "none"))
     extra = sum(left.values())
-    ck_rows = sum(b.shape[0] for b in pairs.values())
+    ck_rows = sum(p[2] for p in pairs.values())
     print(f"  other GGUF tensors: " + ", ".join(f"{t} x{c}" for t, c in
                                                sorted(collections.Counter(other.values()).items())))
     if bad or extra:
