@@ -452,8 +452,15 @@ qc_status qc_st_hash_update(const qc_st_file *f, qc_sha256_ctx *hc) {
     if (!order) return QC_ERR_OOM;
     for (int i = 0; i < nt; i++) order[i] = (st_span){f->tensors[i].begin, f->tensors[i].end, i};
     qsort(order, (size_t)nt, sizeof *order, cmp_span);
-    for (int k = 0; k < nt; k++)
-        qc_sha256_update(hc, f->tensors[order[k].idx].data, (size_t)(order[k].end - order[k].begin));
+    /* the copy's layout again (open_read), from the spans alone: the loader may repoint a
+     * tensor's data at a repacked buffer (Q8_0 pairs) */
+    size_t pos = (size_t)(8 + f->header_len);
+    for (int k = 0; k < nt; k++) {
+        const size_t len = (size_t)(order[k].end - order[k].begin);
+        pos = (pos + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN;
+        qc_sha256_update(hc, f->bytes + pos, len);
+        pos += len;
+    }
     free(order);
     return QC_OK;
 }
