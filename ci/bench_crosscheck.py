@@ -5,7 +5,8 @@
 the adapter path shows.
 
   bench_crosscheck.py --bench B.json [--llama-bench L.json] [--npm-name NAME] [--native 0|1]
-                      [--build-info DIR] [--weights TEXT] [--append REPORT.md]
+                      [--build-info DIR] [--weights TEXT] [--dot-name NAME]
+                      [--append REPORT.md]
 
 Prints a Markdown section (and appends it to REPORT.md when given): the CPU (vendor,
 family/model, name, flags: bench's machine block; llama-bench's cpu_info), the run's probes
@@ -14,6 +15,8 @@ family/model, name, flags: bench's machine block; llama-bench's cpu_info), the r
 adapter (backend `llamacpp`: the native build with --native 1, the npm one with --native 0),
 llama.cpp npm via the adapter (backend NPM-NAME, when given), llama-bench (native; median of
 its samples_ts [min-max]) and the ratios ours / each, adapter native / llama-bench.
+--dot-name NAME: ours with the BF16 dot GEMM as well (the bench backend NAME, e.g.
+`optimized,bf16_dot=1`), a column and its ratios beside ours'.
 --weights TEXT: a line "- weights: TEXT" under the CPU (ci/bench-llamacpp's Q8_0 run names both
 weight files and ci/q8_blocks.py's verdict there); the title's weight type is then TEXT's
 first word (before ':'), not bench's config.dtype.
@@ -121,6 +124,7 @@ def main():
     ap.add_argument("--native", type=int, choices=(0, 1), default=1)
     ap.add_argument("--build-info")
     ap.add_argument("--weights")
+    ap.add_argument("--dot-name")
     ap.add_argument("--append")
     a = ap.parse_args()
 
@@ -131,9 +135,13 @@ def main():
     cfg = rep.get("config") or {}
 
     ll_name = "llama.cpp native via adapter" if a.native else "llama.cpp npm via adapter"
-    cols = [("optimized", "ours (optimized)"), ("llamacpp", ll_name)]
+    ours = [("optimized", "ours (optimized)")]
+    if a.dot_name:
+        ours.append((a.dot_name, "ours (bf16_dot=1)"))
+    cols = ours + [("llamacpp", ll_name)]
     if a.npm_name:
         cols.append((a.npm_name, "llama.cpp npm via adapter"))
+    no = len(ours)
     wtype = a.weights.split(":")[0].strip() if a.weights and ":" in a.weights else cfg.get("dtype", "?")
     out = [f"## Cross-check: llama.cpp via the adapter vs llama-bench ({wtype})", ""]
     out += machine_lines(rep, lb_raw)
@@ -151,9 +159,13 @@ def main():
     hdr = ["threads", "test"] + [c[1] for c in cols]
     if lb_raw is not None:
         hdr.append("llama-bench (native)")
-    hdr += [f"ours / {c[1].replace(' via adapter', '')}" for c in cols[1:]]
+    for o in ours:
+        tag = "ours" if o[0] == "optimized" else o[1]
+        hdr += [f"{tag} / {c[1].replace(' via adapter', '')}" for c in cols[no:]]
+        if lb_raw is not None:
+            hdr.append(f"{tag} / llama-bench")
     if lb_raw is not None:
-        hdr += ["ours / llama-bench", "adapter native / llama-bench" if a.native else "adapter npm / llama-bench"]
+        hdr.append("adapter native / llama-bench" if a.native else "adapter npm / llama-bench")
     out.append("| " + " | ".join(hdr) + " |")
     out.append("|" + "|".join(["---:"] * len(hdr)) + "|")
     keys = sorted({(t, th) for (_, t, th) in figs}, key=lambda k: (k[1], k[0][0] != "s", k[0][0] != "p", k[0]))
@@ -167,9 +179,12 @@ def main():
         lbv = lbf.get((test, th))
         if lb_raw is not None:
             row.append(spread(lbv[1]) if lbv else "—")
-        row += [ratio(meds[0], m) for m in meds[1:]]
+        for i in range(no):
+            row += [ratio(meds[i], m) for m in meds[no:]]
+            if lb_raw is not None:
+                row.append(ratio(meds[i], lbv[0] if lbv else None))
         if lb_raw is not None:
-            row += [ratio(meds[0], lbv[0] if lbv else None), ratio(meds[1], lbv[0] if lbv else None)]
+            row.append(ratio(meds[no], lbv[0] if lbv else None))
         out.append("| " + " | ".join(row) + " |")
     out += ["", "tok/s, median [min-max] over the repetitions (llama-bench: its samples_ts);"
             " ratios of medians. static = bench's static prefill (no llama-bench equivalent)."]

@@ -63,6 +63,21 @@ grep -q "bandwidth 25 \[20-30\] GB/s, FMA peak 100 \[90-110\] GFLOP/s" "$TMP/out
 if [ "$(tail -c +2 "$TMP/report.md")" = "$(cat "$TMP/out")" ]; then ok "--append wrote the same section"
 else bad "--append: the report differs from stdout"; fi
 
+# --dot-name: ours with the BF16 dot GEMM, a column and its ratios beside ours'
+"$PY" - "$TMP/bench.json" "$TMP/bench_dot.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+r["results"].append({"backend": "optimized,bf16_dot=1", "test": "pp512", "mode": "dynamic",
+                     "threads": 1, "tok_s_median": 400, "tok_s_samples": [380, 400, 420]})
+json.dump(r, open(sys.argv[2], "w"))
+PYEOF
+"${CC[@]}" --bench "$TMP/bench_dot.json" --llama-bench "$TMP/lb.json" --dot-name "optimized,bf16_dot=1" \
+  >"$TMP/out3" 2>"$TMP/err"
+want="| 1 | pp512 | 200 [190-230] | 400 [380-420] | 100 [90-101] | 125 [110-125] | 2.00x | 1.60x | 4.00x | 3.20x | 0.80x |"
+[ "$(grep -F "| 1 | pp512 |" "$TMP/out3")" = "$want" ] && grep -q "ours (bf16_dot=1) / llama-bench" "$TMP/out3" \
+  && ok "--dot-name: the bf16_dot column, its ratios to native (4.00x) and llama-bench (3.20x)" \
+  || bad "dot table: '$(grep -F "| 1 | pp512 |" "$TMP/out3")' (want '$want')"
+
 # without npm and llama-bench (--no-native's shape): the adapter column is the npm build
 "${CC[@]}" --bench "$TMP/bench.json" --native 0 >"$TMP/out2" 2>"$TMP/err"
 want="| 1 | pp512 | 200 [190-230] | 100 [90-101] | 2.00x |"
