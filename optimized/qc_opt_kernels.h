@@ -125,6 +125,9 @@ typedef struct qc_opt_bf16dot {
     /* y[t*ldy + r] = sum over pairs p < Kp/2 of panel(r, p) . strip(p, t), for r < mr, t < nt */
     void (*gemm_tile)(const uint32_t *panel, const uint32_t *strip, int Kp, float *y, long ldy,
                       int mr, int nt);
+    /* the probe (bench): iters x 24 independent vdpbf16ps chains, burn_flops flops an iter */
+    float (*dot_burn)(long iters, float seed);
+    double burn_flops;
 } qc_opt_bf16dot;
 /* Does this CPU have AVX512_BF16 (+ BW, VL, the AVX-512 table)? */
 int qc_opt_cpu_has_bf16dot(void);

@@ -117,12 +117,39 @@ TBF static void bd_gemm_tile(const uint32_t *panel, const uint32_t *strip, int K
     }
 }
 
+/* 12 independent accumulator chains of vdpbf16ps, two rounds an iteration (24 instructions of
+ * 16 lanes x 2 multiply-adds = 64 flops each; the shape of the FMA probe's loop), distinct
+ * starting values so the compiler cannot merge the chains */
+TBF static float bd_dot_burn(long iters, float seed) {
+    const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F7F3F7F); /* (0.996, 0.996) */
+    const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3C003C00); /* (2^-7, 2^-7) */
+#define DB_INIT(j) __m512 c##j = _mm512_set1_ps(seed + (float)(j))
+    DB_INIT(0); DB_INIT(1); DB_INIT(2); DB_INIT(3); DB_INIT(4); DB_INIT(5);
+    DB_INIT(6); DB_INIT(7); DB_INIT(8); DB_INIT(9); DB_INIT(10); DB_INIT(11);
+#undef DB_INIT
+#define DB_STEP(j) c##j = _mm512_dpbf16_ps(c##j, a, b)
+#define DB_ROUND DB_STEP(0); DB_STEP(1); DB_STEP(2); DB_STEP(3); DB_STEP(4); DB_STEP(5); \
+                 DB_STEP(6); DB_STEP(7); DB_STEP(8); DB_STEP(9); DB_STEP(10); DB_STEP(11)
+    for (long i = 0; i < iters; i++) {
+        DB_ROUND;
+        DB_ROUND;
+    }
+#undef DB_ROUND
+#undef DB_STEP
+    const __m512 s0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                                    _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)));
+    const __m512 s1 = _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11));
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
 static const qc_opt_bf16dot bf16dot = {
     .mr = MR,
     .nr = NR,
     .pack_w = bd_pack_w,
     .pack_x = bd_pack_x,
     .gemm_tile = bd_gemm_tile,
+    .dot_burn = bd_dot_burn,
+    .burn_flops = 24.0 * 16 * 4,
 };
 
 int qc_opt_cpu_has_bf16dot(void) {

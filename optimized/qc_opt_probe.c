@@ -62,3 +62,17 @@ double qc_probe_fma_gflops(int threads) {
     probe_fsink = acc;
     return 48.0 * K->lanes * (double)iters * T / dt / 1e9;
 }
+
+double qc_probe_bf16dot_gflops(int threads) {
+    const qc_opt_bf16dot *B = qc_opt_bf16dot_pick();
+    if (!B) return 0.0;
+    const int T = threads > 0 ? threads : 1;
+    const long iters = 3000000;
+    double t0 = now_s();
+    float acc = 0.0f;
+#pragma omp parallel num_threads(T) reduction(+ : acc)
+    acc += B->dot_burn(iters, (float)omp_get_thread_num());
+    double dt = now_s() - t0;
+    probe_fsink = acc;
+    return B->burn_flops * (double)iters * T / dt / 1e9;
+}

@@ -123,8 +123,9 @@ typedef struct {
 typedef struct {
     int threads;
     double bw[MAX_REPS], peak[MAX_REPS]; /* probe samples: GB/s, GFLOP/s */
+    double dot[MAX_REPS];     /* BF16 dot (vdpbf16ps) GFLOP/s, when a backend uses it; else 0 */
     int n;
-    double bw_med, bw_max, peak_med, peak_max;
+    double bw_med, bw_max, peak_med, peak_max, dot_med, dot_max;
 } bench_probe;
 
 typedef struct {
@@ -232,6 +233,12 @@ int bench_add_fig(bench_report *R, int backend, int mode, int tokens, int depth,
 extern const char *const bench_mode_names[N_MODES]; /* "static", "dynamic", "decode" */
 /* Statistics, limits, ratios of every figure, then the warnings. */
 void bench_finish(bench_report *R, const bench_opts *o);
+/* Backend b runs the optimized BF16 dot GEMM (its spec sets bf16_dot=1 or its description says
+ * "BF16 dot"): its dynamic
+ * prefill limit is the BF16 dot probe's, not the FP32 FMA probe's. */
+int bench_uses_bf16_dot(const bench_report *R, int b);
+/* The name of a figure's limit: "bandwidth", "FMA peak" or "BF16 dot peak". */
+const char *bench_limit_name(const bench_report *R, const bench_fig *f);
 /* Statistics of one figure only (median, min, max, MAD, interval). */
 void bench_fig_stats(bench_fig *f);
 /* The label of f's backend at f's thread count (its describe() then), else the backend's. */

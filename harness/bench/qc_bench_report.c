@@ -95,6 +95,9 @@ static void md_header(const bench_report *R, const bench_opts *o, qc_sbuf *b) {
         qc_sbuf_printf(b, "- probes (same run, %d threads): streaming read of the %.1f MB of weights %.1f GB/s "
                      "median (max %.1f); FP32 FMA loop %.0f GFLOP/s median (max %.0f)\n",
                   p->threads, R->bytes_per_token / 1e6, p->bw_med, p->bw_max, p->peak_med, p->peak_max);
+        if (p->dot_med > 0)
+            qc_sbuf_printf(b, "  - BF16 dot loop (vdpbf16ps, the prefill limit of the '+ BF16 dot' "
+                           "rows) %.0f GFLOP/s median (max %.0f)\n", p->dot_med, p->dot_max);
     }
     qc_sbuf_printf(b, "- workload: static prefill %d tokens (one call per token), dynamic prefill (pp) ",
               R->static_prompt);
@@ -139,7 +142,7 @@ static void markdown(const bench_report *R, const bench_opts *o, qc_sbuf *b) {
                   bench_fig_desc(R, f), qc_dtype_str(R->dtype), mode_label(f->mode), f->tokens, f->depth,
                   f->threads, f->median, f->min, f->max, f->mad, f->lo, f->hi, ratio);
         if (f->limit > 0)
-            qc_sbuf_printf(b, "%.1f (%s) | %.0f%% |%s\n", f->limit, f->mode == BM_DYNAMIC ? "FMA peak" : "bandwidth",
+            qc_sbuf_printf(b, "%.1f (%s) | %.0f%% |%s\n", f->limit, bench_limit_name(R, f),
                       100.0 * f->median / f->limit, gate);
         else
             qc_sbuf_printf(b, "- | - |%s\n", gate);
@@ -246,6 +249,10 @@ static void json_head(cJSON *j, const bench_report *R, const bench_opts *o) {
         cJSON_AddItemToObject(e, "fma_peak_gflops", cJSON_CreateDoubleArray(p->peak, p->n));
         cJSON_AddNumberToObject(e, "bandwidth_gbs_median", p->bw_med);
         cJSON_AddNumberToObject(e, "fma_peak_gflops_median", p->peak_med);
+        if (p->dot_med > 0) {
+            cJSON_AddItemToObject(e, "bf16_dot_peak_gflops", cJSON_CreateDoubleArray(p->dot, p->n));
+            cJSON_AddNumberToObject(e, "bf16_dot_peak_gflops_median", p->dot_med);
+        }
         cJSON_AddItemToArray(pt, e);
     }
     if (R->peer_desc[0]) {

@@ -130,7 +130,19 @@ static double fig_limit(const bench_report *R, const bench_opts *o, const bench_
     double fl = R->flops_pp[0];
     for (int i = 0; i < o->n_prompts; i++)
         if (o->prompts[i] == f->tokens) fl = R->flops_pp[i];
-    return fl > 0 ? p->peak_med * 1e9 / fl : 0;
+    const double peak = bench_uses_bf16_dot(R, f->backend) && p->dot_med > 0 ? p->dot_med : p->peak_med;
+    return fl > 0 ? peak * 1e9 / fl : 0;
+}
+
+int bench_uses_bf16_dot(const bench_report *R, int b) {
+    return b >= 0 && b < R->n_be &&
+           (strstr(R->be[b].name, "bf16_dot=1") || strstr(R->be[b].desc, "BF16 dot"));
+}
+
+const char *bench_limit_name(const bench_report *R, const bench_fig *f) {
+    if (f->mode != BM_DYNAMIC) return "bandwidth";
+    const bench_probe *p = fig_probe(R, f);
+    return bench_uses_bf16_dot(R, f->backend) && p && p->dot_med > 0 ? "BF16 dot peak" : "FMA peak";
 }
 
 /* the base figure f is compared with: same test on the --ratio-to backend; when either side is
@@ -218,7 +230,7 @@ static void warnings(bench_report *R, const bench_opts *o) {
             bench_warn(R, "%s %s %d tok @ %d, %d threads runs at %.0f%% of its %s limit: the probe is "
                        "implausible (> 100%%)", R->be[f->backend].name, bench_mode_names[f->mode],
                        f->tokens, f->depth, f->threads, 100 * f->median / f->limit,
-                       f->mode == BM_DYNAMIC ? "FMA peak" : "bandwidth");
+                       bench_limit_name(R, f));
     }
     for (int i = 0; i < R->n_fig; i++) contention(R, &R->fig[i]);
 }
@@ -230,6 +242,8 @@ void bench_finish(bench_report *R, const bench_opts *o) {
         p->bw_max = max_of(p->bw, p->n);
         p->peak_med = median_of(p->peak, p->n);
         p->peak_max = max_of(p->peak, p->n);
+        p->dot_med = median_of(p->dot, p->n);
+        p->dot_max = max_of(p->dot, p->n);
     }
     for (int i = 0; i < R->n_fig; i++) {
         bench_fig_stats(&R->fig[i]);

@@ -31,6 +31,11 @@ double qc_probe_bandwidth_gbs(const void *const *bufs, const size_t *lens, int n
  * threads: 48 * lanes * 3e6 flops per thread. One pass. */
 double qc_probe_fma_gflops(int threads);
 
+/* GFLOP/s of independent AVX512_BF16 `vdpbf16ps` chains (two multiply-adds per lane) on
+ * `threads` threads: the limit of the optimized backend's BF16 dot GEMM (option bf16_dot). One
+ * pass; 0 when the CPU lacks AVX512_BF16 (or the ISA chosen is lower). */
+double qc_probe_bf16dot_gflops(int threads);
+
 #ifdef __cplusplus
 }
 #endif
