@@ -3,7 +3,9 @@
  * matrix-vector kernels split by output rows (bandwidth bound, decode); else a packed GEMM: the
  * tokens packed once into strips [Kp, NR], the output rows split into panels of MR rows across
  * threads, each thread widening its panel into fp32 once per token block and running the
- * MR x NR micro tile over the block's strips. A bottom file of the backend: the forward pass,
+ * MR x NR micro tile over the block's strips. With the option bf16_dot on and every output
+ * BF16, the GEMM is the BF16 dot one (qc_opt_kernels_bf16dot.c): strips of rounded bf16 pairs,
+ * panels copied without widening. A bottom file of the backend: the forward pass,
  * DeltaNet and the MoE block call it; it calls only the kernels and the pool.
  */
 #include "qc_opt_internal.h"
