@@ -3,8 +3,8 @@
  *
  * Work item = one tile: a block of query tokens x the query heads of one KV head (GQA group),
  * or, when there are too few tiles to keep the threads busy (decode), a block of tokens x ONE
- * head. A tile walks the keys in blocks of 64 (QC_ATT_KB): each block of K and V (64 x hd
- * floats each, cache-resident) is used by every query of the tile before the next block is
+ * head. A tile walks the keys in blocks of QC_OPT_ATT_KB (16): each block of K and V (16 x hd
+ * floats each, L1-resident) is used by every query of the tile before the next block is
  * touched, so a long context is streamed from memory once per tile instead of once per
  * (token, head).
  *
@@ -22,7 +22,7 @@
 
 #include "qc_opt_internal.h"
 
-#define QC_ATT_KB 64   /* keys per block (the scratch o->th[].sc holds 64 scores) */
+#define QC_ATT_KB QC_OPT_ATT_KB /* keys per block (qc_opt_internal.h; the scratch holds 64) */
 #define QC_ATT_QMAX 64 /* queries per tile at most (per-query m / sum live on the stack) */
 
 typedef struct {

@@ -9,7 +9,7 @@
  * bound, decode); else a packed GEMM: the tokens are packed once into strips [Kp, NR], the
  * output rows are split into panels of MR rows across threads, each thread widens its panel
  * into fp32 once per token block and runs the MR x NR micro tile over the block's strips.
- * Attention: an online softmax over key blocks of 64, tiled over query blocks x the heads of
+ * Attention: an online softmax over key blocks of 16, tiled over query blocks x the heads of
  * a KV group (no scratch that grows with the context; qc_opt_attention.c). DeltaNet:
  * qc_opt_deltanet.c. MoE models: the MoE block (qc_opt_moe.c) in place of the dense MLP.
  *

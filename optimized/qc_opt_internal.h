@@ -47,7 +47,7 @@ typedef struct {
     float *Vn;   /* [cmax, dv] U, then the new values U - W S */
     float *Qg;   /* [cmax, dk] q * exp(gam) */
     float *vec;  /* [max(dk, dv, hd) + 64] small vectors (recurrence kv, attention acc) */
-    float *sc;   /* [64] attention scores of one key block */
+    float *sc;   /* [64] attention scores of one key block (QC_OPT_ATT_KB <= 64) */
 } qc_opt_thread;
 
 /* one work item of a job: item index, executing thread id (0..nthreads-1, for scratch) */
@@ -207,6 +207,13 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
                    int nouts);
 
 /* ---- named options (qc_opt_options.c) ---- */
+
+/* Keys per block of the attention's online softmax (qc_opt_attention.c; the untiled test
+ * reference uses it too). 16: a block's K and V rows (2 x 16 KiB at head dim 256) stay in L1
+ * while the tile's queries use them: prefill attention at 4096 tokens, one thread, 38.5 -> 54.7
+ * GFLOP/s against 64-key blocks (bench --synthetic 0.8b --layers 4 --prompt 4096
+ * --profile-ops). Part of the numbers: the block structure sets the rescales. */
+#define QC_OPT_ATT_KB 16
 
 /* o->desc from the ISA, the BF16 dot option and the threads (create, set_option) */
 void qc_opt_describe_set(qc_opt *o);

@@ -50,29 +50,25 @@ double qc_probe_bandwidth_gbs(const void *const *bufs, const size_t *lens, int n
     return total / dt / 1e9;
 }
 
-double qc_probe_fma_gflops(int threads) {
-    const qc_opt_kernels *K = qc_opt_kernels_pick();
+/* GFLOP/s of `burn` (flops_per_iter an iteration) run on `threads` threads at once */
+static double burn_gflops(float (*burn)(long, float), double flops_per_iter, int threads) {
     const int T = threads > 0 ? threads : 1;
     const long iters = 3000000;
     double t0 = now_s();
     float acc = 0.0f;
 #pragma omp parallel num_threads(T) reduction(+ : acc)
-    acc += K->fma_burn(iters, (float)omp_get_thread_num());
+    acc += burn(iters, (float)omp_get_thread_num());
     double dt = now_s() - t0;
     probe_fsink = acc;
-    return 48.0 * K->lanes * (double)iters * T / dt / 1e9;
+    return flops_per_iter * (double)iters * T / dt / 1e9;
+}
+
+double qc_probe_fma_gflops(int threads) {
+    const qc_opt_kernels *K = qc_opt_kernels_pick();
+    return burn_gflops(K->fma_burn, 48.0 * K->lanes, threads);
 }
 
 double qc_probe_bf16dot_gflops(int threads) {
     const qc_opt_bf16dot *B = qc_opt_bf16dot_pick();
-    if (!B) return 0.0;
-    const int T = threads > 0 ? threads : 1;
-    const long iters = 3000000;
-    double t0 = now_s();
-    float acc = 0.0f;
-#pragma omp parallel num_threads(T) reduction(+ : acc)
-    acc += B->dot_burn(iters, (float)omp_get_thread_num());
-    double dt = now_s() - t0;
-    probe_fsink = acc;
-    return B->burn_flops * (double)iters * T / dt / 1e9;
+    return B ? burn_gflops(B->dot_burn, B->burn_flops, threads) : 0.0;
 }

@@ -1,5 +1,5 @@
 /* qc_test_attention_untiled.h — the optimized attention's untiled online-softmax loop (one
- * (token, head) at a time, key blocks of 64), as the backend had it before tiling: the
+ * (token, head) at a time, key blocks of QC_OPT_ATT_KB), as the backend had it before tiling: the
  * reference the tiled core must equal bitwise (tests/test_opt_attention_long.c) and the
  * baseline it is timed against (tests/bench_opt_attention.c). Header-only: the bench does
  * not link the Check-based test support library. */
@@ -25,8 +25,8 @@ static inline void qc_test_attention_untiled(const qc_opt_kernels *K, float *ob,
             float *out = ob + (size_t)t * nh * hd + (size_t)h * hd;
             float m = -INFINITY, lsum = 0.0f;
             memset(out, 0, (size_t)hd * sizeof(float));
-            for (int p0 = 0; p0 < npos; p0 += 64) {
-                const int nb = npos - p0 < 64 ? npos - p0 : 64;
+            for (int p0 = 0; p0 < npos; p0 += QC_OPT_ATT_KB) {
+                const int nb = npos - p0 < QC_OPT_ATT_KB ? npos - p0 : QC_OPT_ATT_KB;
                 float mb = -INFINITY;
                 for (int i = 0; i < nb; i++) {
                     sc[i] = K->dot(q, Kc + (size_t)(p0 + i) * hd, hd) * scale;
