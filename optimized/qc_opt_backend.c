@@ -432,11 +432,6 @@ static void forward_body(qc_backend *be, const opt_call *cl) {
 
 static const char *opt_describe(const qc_backend *be) { return ((const qc_opt *)be->impl)->desc; }
 
-void qc_opt_describe_set(qc_opt *o) {
-    snprintf(o->desc, sizeof o->desc, "optimized (%s%s, %d thread%s)", o->k->isa,
-             o->bd ? " + BF16 dot" : "", o->nthreads, o->nthreads == 1 ? "" : "s");
-}
-
 static void opt_destroy(qc_backend *be) {
     if (!be) return;
     opt_free(be->impl);

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,11 @@ static int parse_work(const char *value, double *out) {
     if (!*value || *end || errno || !isfinite(v) || !(v >= 0.0)) return 0;
     *out = v;
     return 1;
+}
+
+void qc_opt_describe_set(qc_opt *o) {
+    snprintf(o->desc, sizeof o->desc, "optimized (%s%s, %d thread%s)", o->k->isa,
+             o->bd ? " + BF16 dot" : "", o->nthreads, o->nthreads == 1 ? "" : "s");
 }
 
 qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, qc_err *err) {

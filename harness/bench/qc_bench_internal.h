@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "qc/qc_backend.h"
 #include "qc/qc_model.h"
@@ -236,7 +237,10 @@ void bench_finish(bench_report *R, const bench_opts *o);
 /* Backend b runs the optimized BF16 dot GEMM (its spec sets bf16_dot=1 or its description says
  * "BF16 dot"): its dynamic
  * prefill limit is the BF16 dot probe's, not the FP32 FMA probe's. */
-int bench_uses_bf16_dot(const bench_report *R, int b);
+static inline int bench_uses_bf16_dot(const bench_report *R, int b) {
+    return b >= 0 && b < R->n_be &&
+           (strstr(R->be[b].name, "bf16_dot=1") || strstr(R->be[b].desc, "BF16 dot"));
+}
 /* The name of a figure's limit: "bandwidth", "FMA peak" or "BF16 dot peak". */
 const char *bench_limit_name(const bench_report *R, const bench_fig *f);
 /* Statistics of one figure only (median, min, max, MAD, interval). */

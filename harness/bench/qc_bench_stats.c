@@ -134,11 +134,6 @@ static double fig_limit(const bench_report *R, const bench_opts *o, const bench_
     return fl > 0 ? peak * 1e9 / fl : 0;
 }
 
-int bench_uses_bf16_dot(const bench_report *R, int b) {
-    return b >= 0 && b < R->n_be &&
-           (strstr(R->be[b].name, "bf16_dot=1") || strstr(R->be[b].desc, "BF16 dot"));
-}
-
 const char *bench_limit_name(const bench_report *R, const bench_fig *f) {
     if (f->mode != BM_DYNAMIC) return "bandwidth";
     const bench_probe *p = fig_probe(R, f);
