@@ -218,8 +218,9 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
 /* o->desc from the ISA, the BF16 dot option and the threads (create, set_option) */
 void qc_opt_describe_set(qc_opt *o);
 
-/* The backend's set_option: gemm_min = integer >= 1, par_min = number >= 0, effective from the
- * next call; QC_ERR_ARG naming an unknown key or a bad value. */
+/* The backend's set_option: gemm_min = integer >= 1, par_min = number >= 0, bf16_dot = 0|1,
+ * effective from the next call; QC_ERR_NO_OPTION naming an unknown key (and the keys known),
+ * QC_ERR_ARG naming a bad value, QC_ERR_UNSUPPORTED for bf16_dot=1 without AVX512_BF16. */
 qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, qc_err *err);
 
 #endif /* QC_OPT_INTERNAL_H */

@@ -78,5 +78,6 @@ qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, 
         qc_opt_describe_set(o);
         return QC_OK;
     }
-    return qc_errf(err, QC_ERR_ARG, "optimized: unknown option '%.60s' (%s)", key, OPT_KEYS);
+    return qc_errf(err, QC_ERR_NO_OPTION, "optimized: unknown option '%.60s' (%s)", key,
+                   OPT_KEYS);
 }

@@ -483,6 +483,6 @@ static qc_status ref_set_option(qc_backend *be, const char *key, const char *val
         for (int i = 0; i < R->cfg->n_layers; i++) R->layers[i].moe.ops = ops;
         return QC_OK;
     }
-    return qc_errf(err, QC_ERR_ARG, "reference: unknown option '%s' (fault.unguarded_exp, "
+    return qc_errf(err, QC_ERR_NO_OPTION, "reference: unknown option '%s' (fault.unguarded_exp, "
                    "fault.moe)", key);
 }

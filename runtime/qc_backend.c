@@ -69,7 +69,7 @@ qc_status qc_backend_sync_state(qc_backend *be, qc_state *st, int n_pos, qc_err 
 
 qc_status qc_backend_set_option(qc_backend *be, const char *key, const char *value, qc_err *err) {
     if (!be->set_option)
-        return qc_errf(err, QC_ERR_UNSUPPORTED, "%s: has no option '%s'", be->name, key);
+        return qc_errf(err, QC_ERR_NO_OPTION, "%s: has no option '%s'", be->name, key);
     return be->set_option(be, key, value, err);
 }
 

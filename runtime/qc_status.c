@@ -19,6 +19,7 @@ static const struct {
     [QC_ERR_MISSING] = {"QC_ERR_MISSING", "a required tensor, field or dataset is absent"},
     [QC_ERR_UNKNOWN] = {"QC_ERR_UNKNOWN", "an unexpected tensor or field is present"},
     [QC_ERR_RUNTIME] = {"QC_ERR_RUNTIME", "the runtime under test failed"},
+    [QC_ERR_NO_OPTION] = {"QC_ERR_NO_OPTION", "no option of that name"},
 };
 
 const char *qc_status_str(qc_status s) {

@@ -650,7 +650,15 @@ START_TEST(error_paths) {
     ck_assert_int_eq(p->get_hidden(h, m->cfg.n_layers + 1, lg), QC_PLUGIN_ERROR);
     /* options */
     ck_assert_int_eq(p->set_option(h, "flash_attention", "1"), QC_PLUGIN_UNSUPPORTED);
-    ck_assert_msg(strstr(p->last_error(h), "flash_attention"), "%s", p->last_error(h));
+    ck_assert_msg(strstr(p->last_error(h), "unknown option 'flash_attention' (known: max_context") &&
+                  strstr(p->last_error(h), _i == 1 ? "gemm_min, par_min" : "fault.unguarded_exp"),
+                  "%s", p->last_error(h));
+    /* the backend's status alone tells an unknown key (unsupported) from a bad value (error):
+     * fault.unguarded_exp is the reference's own key, unknown to the optimized backend */
+    ck_assert_int_eq(p->set_option(h, "fault.unguarded_exp", "2"),
+                     _i == 1 ? QC_PLUGIN_UNSUPPORTED : QC_PLUGIN_ERROR);
+    ck_assert_msg(strstr(p->last_error(h), _i == 1 ? "unknown option 'fault.unguarded_exp'"
+                                                   : "'2' is not 0 or 1"), "%s", p->last_error(h));
     ck_assert_int_eq(p->set_option(h, "dn_kernel", "fast"), QC_PLUGIN_ERROR);
     ck_assert_str_ne(p->last_error(h), "");
     ck_assert_int_eq(p->set_option(h, "chunk_size", "0"), QC_PLUGIN_ERROR);

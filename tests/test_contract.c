@@ -417,6 +417,48 @@ START_TEST(loaded_and_synthetic_models_validate) {
 }
 END_TEST
 
+/* set_option (qc_backend.h): for each backend an unknown key is QC_ERR_NO_OPTION and a bad
+ * value of a key it has QC_ERR_ARG, each message naming the key / value; a backend without
+ * set_option refuses every key with QC_ERR_NO_OPTION. */
+START_TEST(unknown_option_and_bad_value_two_statuses) {
+    static const struct {
+        const char *key, *bad; /* a key of the backend and a value it refuses */
+    } KNOWN[2] = {{"fault.unguarded_exp", "2"}, {"gemm_min", "0"}};
+    qc_model *m = tiny_model();
+    for (int b = 0; b < 2; b++) {
+        qc_backend_opts bo;
+        qc_backend_opts_default(&bo);
+        bo.max_tokens = MAXTOK;
+        qc_backend *be = NULL;
+        qc_err e;
+        ck_assert_msg(BACKENDS[b].create(m, &bo, &be, &e) == QC_OK, "%s", e.msg);
+        qc_err_clear(&e);
+        ck_assert_int_eq(qc_backend_set_option(be, "no_such_key", "1", &e), QC_ERR_NO_OPTION);
+        ck_assert_int_eq(e.code, QC_ERR_NO_OPTION);
+        ck_assert_msg(strstr(e.msg, "unknown option 'no_such_key'"), "%s: %s", BACKENDS[b].name,
+                      e.msg);
+        /* the other backend's key is unknown here, whatever its value */
+        ck_assert_int_eq(qc_backend_set_option(be, KNOWN[1 - b].key, KNOWN[1 - b].bad, &e),
+                         QC_ERR_NO_OPTION);
+        qc_err_clear(&e);
+        ck_assert_int_eq(qc_backend_set_option(be, KNOWN[b].key, KNOWN[b].bad, &e), QC_ERR_ARG);
+        ck_assert_int_eq(e.code, QC_ERR_ARG);
+        char want[64];
+        snprintf(want, sizeof want, "'%s' is not", KNOWN[b].bad);
+        ck_assert_msg(strstr(e.msg, KNOWN[b].key) && strstr(e.msg, want), "%s: %s",
+                      BACKENDS[b].name, e.msg);
+        qc_backend_destroy(be);
+    }
+    qc_model_free(m);
+    qc_backend none; /* no set_option: only name and set_option are read */
+    memset(&none, 0, sizeof none);
+    none.name = "optionless";
+    qc_err e;
+    ck_assert_int_eq(qc_backend_set_option(&none, "k", "v", &e), QC_ERR_NO_OPTION);
+    ck_assert_str_eq(e.msg, "optionless: has no option 'k'");
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("contract");
     TCase *tc = tcase_create("core");
@@ -426,6 +468,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, optimized_chunk_scratch_capacity);
     tcase_add_test(tc, every_bad_model_same_status_and_message);
     tcase_add_test(tc, loaded_and_synthetic_models_validate);
+    tcase_add_test(tc, unknown_option_and_bad_value_two_statuses);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -135,6 +135,8 @@ START_TEST(status_table) {
         for (int t = 0; t < s; t++) ck_assert_str_ne(n, qc_status_str((qc_status)t));
     }
     ck_assert_str_eq(qc_status_str(QC_ERR_RUNTIME), "QC_ERR_RUNTIME");
+    ck_assert_str_eq(qc_status_str(QC_ERR_NO_OPTION), "QC_ERR_NO_OPTION");
+    ck_assert_int_eq(QC_STATUS_COUNT, QC_ERR_NO_OPTION + 1); /* the last status */
     ck_assert_str_eq(qc_status_str((qc_status)QC_STATUS_COUNT), "QC_ERR_?");
     ck_assert_str_eq(qc_status_desc((qc_status)-1), "unknown status");
 }

@@ -297,7 +297,8 @@ static void check_backend(qc_dtype dt, int nv, int E, int k, double tol) {
     ck_assert_int_eq(memcmp(logits, base, sizeof(float) * 64), 0);
     ck_assert_int_eq(qc_backend_set_option(be, "fault.moe", "gate_sometimes", &e), QC_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "unknown variant 'gate_sometimes'"));
-    ck_assert_int_eq(qc_backend_set_option(be, "fault.typo", "1", &e), QC_ERR_ARG);
+    ck_assert_int_eq(qc_backend_set_option(be, "fault.typo", "1", &e), QC_ERR_NO_OPTION);
+    ck_assert_ptr_nonnull(strstr(e.msg, "unknown option 'fault.typo'"));
     free(base);
     free(logits);
     qc_state_destroy(st);

@@ -155,15 +155,15 @@ static void qcb_trace(void *user, int index, const char *name, int start_pos, in
     h->seen[index] = 1;
 }
 
-/* A refused backend option as the plugin's code and message: an unknown key is
- * QC_PLUGIN_UNSUPPORTED naming every key known. */
+/* A refused backend option as the plugin's code and message, by the status alone
+ * (qc_backend.h, set_option): an unknown key (QC_ERR_NO_OPTION) is QC_PLUGIN_UNSUPPORTED naming
+ * every key known (the plugin's, then the backend's message with its own); a value the backend
+ * cannot do (QC_ERR_UNSUPPORTED) QC_PLUGIN_UNSUPPORTED; any other refusal QC_PLUGIN_ERROR. */
 static int option_error(qcb_handle *h, const char *key, qc_status s, const qc_err *e) {
-    if ((s == QC_ERR_UNSUPPORTED && strstr(e->msg, "has no option")) ||
-        (s == QC_ERR_ARG && strstr(e->msg, "unknown option")))
+    if (s == QC_ERR_NO_OPTION)
         return seterr(h, QC_PLUGIN_UNSUPPORTED,
                       "unknown option '%s' (known: max_context, max_tokens, threads, dn_kernel, "
-                      "chunk_size%s%s)", key, s == QC_ERR_ARG ? "; " : "",
-                      s == QC_ERR_ARG ? e->msg : "");
+                      "chunk_size; %s)", key, e->msg);
     return seterr(h, s == QC_ERR_UNSUPPORTED ? QC_PLUGIN_UNSUPPORTED : QC_PLUGIN_ERROR, "%s",
                   e->msg);
 }

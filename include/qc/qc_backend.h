@@ -179,7 +179,9 @@ struct qc_backend {
     qc_status (*step_logits)(qc_backend *be, const float *xn, int n, const qc_tensor *rows,
                              float *logits, long ld, qc_err *err);
     /* ---- optional: named options of this backend (NULL: none); call qc_backend_set_option ----
-     * key = value, effective from the next call; QC_ERR_ARG naming an unknown key or value. The
+     * key = value, effective from the next call. An unknown key is QC_ERR_NO_OPTION (and only
+     * that: a caller tells "no such option" from the status alone), a bad value of a known key
+     * QC_ERR_ARG, both with a message naming the key or value. The
      * reference backend's keys are the self-test's variants (reference/qc_ref_faults.c:
      * fault.unguarded_exp, fault.moe); the optimized backend's are its work thresholds
      * (optimized/qc_opt_options.c: gemm_min, par_min). */
@@ -205,7 +207,7 @@ qc_status qc_backend_fill_state(qc_backend *be, qc_state *st, float v, qc_err *e
 /* Make st hold the runtime's state for positions 0..n_pos-1 (no-op for built-in backends;
  * QC_ERR_UNSUPPORTED without QC_BE_CAP_STATE_READ). */
 qc_status qc_backend_sync_state(qc_backend *be, qc_state *st, int n_pos, qc_err *err);
-/* be->set_option(key, value); QC_ERR_UNSUPPORTED (naming the backend and the key) when the
+/* be->set_option(key, value); QC_ERR_NO_OPTION (naming the backend and the key) when the
  * backend has no options. */
 qc_status qc_backend_set_option(qc_backend *be, const char *key, const char *value, qc_err *err);
 

@@ -24,12 +24,14 @@ typedef enum {
     QC_ERR_RANGE,       /* value out of range: token id, position, context length */
     QC_ERR_MISSING,     /* a required tensor / field / dataset is absent */
     QC_ERR_UNKNOWN,     /* an unexpected tensor / field is present */
-    QC_ERR_RUNTIME      /* the runtime under test (plugin / adapter) failed: crashed, timed
+    QC_ERR_RUNTIME,     /* the runtime under test (plugin / adapter) failed: crashed, timed
                            out, broke the protocol or returned an error. A conformance FAIL of
                            that runtime, not an error of qwen-conform */
+    QC_ERR_NO_OPTION    /* a named option (set_option key) the component does not have; a bad
+                           value for a key it has is QC_ERR_ARG */
 } qc_status;
 
-#define QC_STATUS_COUNT (QC_ERR_RUNTIME + 1)
+#define QC_STATUS_COUNT (QC_ERR_NO_OPTION + 1)
 
 typedef struct {
     qc_status code;   /* last error code (QC_OK if none) */
