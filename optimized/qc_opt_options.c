@@ -11,7 +11,8 @@
  *   bf16_dot = 0|1 (default 0) 1: the packed GEMM of BF16 weights rounds the activations to
  *                  bf16 and multiplies with AVX512_BF16 vdpbf16ps (qc_opt_kernels_bf16dot.c),
  *                  as llama.cpp does: about twice the prefill rate, the numbers of the `bf16`
- *                  tier instead of the float32 policy; refused where the CPU lacks it
+ *                  tier instead of the float32 policy; refused where the CPU lacks it.
+ *                  be->kernels has QC_BE_KERNEL_BF16_DOT while it is on (qc_backend.h)
  * Results are bit-identical for any par_min (thread invariance, qc_opt_internal.h); gemm_min
  * selects a different kernel, within the backend's tolerance of the reference. */
 #include <errno.h>
@@ -75,6 +76,8 @@ qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, 
             return qc_errf(err, QC_ERR_UNSUPPORTED, "optimized: option bf16_dot: this CPU (or "
                            "the ISA chosen, %s) has no AVX512_BF16", o->k->isa);
         o->bd = bd;
+        if (bd) be->kernels |= QC_BE_KERNEL_BF16_DOT;
+        else be->kernels &= ~QC_BE_KERNEL_BF16_DOT;
         qc_opt_describe_set(o);
         return QC_OK;
     }

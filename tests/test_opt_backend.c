@@ -322,19 +322,25 @@ START_TEST(bf16_dot_thread_invariant_and_close) {
     qc_backend *be = NULL;
     qc_err e = {0};
     ck_assert_int_eq(qc_optimized_create(m, &bo, &be, &e), QC_OK);
+    ck_assert_uint_eq(be->kernels, 0u); /* off by default: the FMA peak is bench's limit */
     ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "2", &e), QC_ERR_ARG);
     ck_assert_msg(strstr(e.msg, "option bf16_dot: '2' is not 0 or 1"), "%s", e.msg);
     if (!qc_opt_cpu_has_bf16dot()) {
         ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "1", &e), QC_ERR_UNSUPPORTED);
         ck_assert_msg(strstr(e.msg, "AVX512_BF16"), "%s", e.msg);
+        ck_assert_uint_eq(be->kernels, 0u);
         qc_backend_destroy(be);
         qc_model_free(m);
         return;
     }
     ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "1", &e), QC_OK);
     ck_assert_ptr_nonnull(((const qc_opt *)be->impl)->bd);
+    ck_assert_uint_eq(be->kernels, QC_BE_KERNEL_BF16_DOT); /* reported to bench (its limit) */
+    ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "7", &e), QC_ERR_ARG);
+    ck_assert_uint_eq(be->kernels, QC_BE_KERNEL_BF16_DOT); /* a refused value changes nothing */
     ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "0", &e), QC_OK);
     ck_assert_ptr_null(((const qc_opt *)be->impl)->bd);
+    ck_assert_uint_eq(be->kernels, 0u);
     qc_backend_destroy(be);
     int32_t toks[64];
     make_tokens(toks, 43, m->cfg.vocab_size, 7);

@@ -24,7 +24,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "qc/qc_backend.h"
 #include "qc/qc_model.h"
@@ -119,6 +118,8 @@ typedef struct {
     int isref;          /* the reference backend (runs the ref_* workload) */
     int peer;           /* imported from --peer-json (not measured here) */
     int http;           /* a server (http:): timed per request, no static figure */
+    int bf16_dot;       /* 1: the backend created reported QC_BE_KERNEL_BF16_DOT (be->kernels,
+                           qc_backend.h): its dynamic prefill limit is the BF16 dot probe's */
 } bench_backend;
 
 typedef struct {
@@ -234,12 +235,10 @@ int bench_add_fig(bench_report *R, int backend, int mode, int tokens, int depth,
 extern const char *const bench_mode_names[N_MODES]; /* "static", "dynamic", "decode" */
 /* Statistics, limits, ratios of every figure, then the warnings. */
 void bench_finish(bench_report *R, const bench_opts *o);
-/* Backend b runs the optimized BF16 dot GEMM (its spec sets bf16_dot=1 or its description says
- * "BF16 dot"): its dynamic
- * prefill limit is the BF16 dot probe's, not the FP32 FMA probe's. */
+/* Backend b runs the BF16 dot GEMM (R->be[b].bf16_dot, from the backend's own report when it
+ * was created): its dynamic prefill limit is the BF16 dot probe's, not the FP32 FMA probe's. */
 static inline int bench_uses_bf16_dot(const bench_report *R, int b) {
-    return b >= 0 && b < R->n_be &&
-           (strstr(R->be[b].name, "bf16_dot=1") || strstr(R->be[b].desc, "BF16 dot"));
+    return b >= 0 && b < R->n_be && R->be[b].bf16_dot;
 }
 /* The name of a figure's limit: "bandwidth", "FMA peak" or "BF16 dot peak". */
 const char *bench_limit_name(const bench_report *R, const bench_fig *f);

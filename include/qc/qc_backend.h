@@ -120,6 +120,14 @@ qc_call qc_backend_call_defaults(const qc_backend_opts *o);
  * hidden states or the state. Not in QC_BE_CAP_ALL. */
 #define QC_BE_CAP_TOPK_ONLY  (1u << 9) /* be->forward_topk */
 
+/* Kernels a backend runs that change what limits its speed (be->kernels; 0 for a runtime under
+ * test, which reports none). Set at create, changed by set_option; read, e.g., by `bench` to
+ * pick a figure's limit. */
+#define QC_BE_KERNEL_BF16_DOT (1u << 0) /* the packed GEMM of BF16 weights rounds the activations
+                                           to bf16 and multiplies with a BF16 dot instruction
+                                           (the optimized backend's bf16_dot=1): its prefill
+                                           limit is the BF16 dot peak, not the FP32 FMA peak */
+
 typedef struct qc_backend qc_backend;
 struct qc_backend {
     const char *name;        /* "reference", "optimized", "plugin:<file>", "exec:<cmd>", ... */
@@ -132,6 +140,7 @@ struct qc_backend {
     int max_context_len;     /* positions the runtime holds (0: no limit of its own) */
     int max_chunk_tokens;    /* largest chunked-DeltaNet chunk, min(call->chunk_size, n), the
                                 backend's scratch holds (0: any; see the call contract) */
+    unsigned kernels;        /* QC_BE_KERNEL_*: what it runs now (0: none of them) */
     /* the math of one call; validated arguments only: call qc_backend_forward */
     qc_status (*forward)(qc_backend *be, const qc_call *call, const int32_t *tokens, int n,
                          int start_pos, qc_state *st, float *logits, int all_logits, qc_err *err);
