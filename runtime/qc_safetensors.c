@@ -291,6 +291,14 @@ static qc_status parse_impl(const uint8_t *buf, size_t file_len, int data, const
 
     if (!st) st = check_unique_names(ts, nt, path, err);
     if (!st) st = check_tiling(ts, nt, order, data_len, path, err);
+    /* the file order check_tiling sorted, kept (open_read lays the copy out in it, the hash
+     * reads it back in it); the bytes' place as the buffer has them */
+    int *file_order = st ? NULL : malloc((nt > 0 ? (size_t)nt : 1) * sizeof *file_order);
+    if (!st && !file_order) st = qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
+    for (int k = 0; !st && k < nt; k++) {
+        file_order[k] = order[k].idx;
+        ts[k].copy_off = 8 + n + ts[k].begin;
+    }
     free(order);
     if (st) {
         free_tensors(ts, nt);
@@ -304,6 +312,7 @@ static qc_status parse_impl(const uint8_t *buf, size_t file_len, int data, const
     out->data_len = data_len;
     out->n_tensors = nt;
     out->tensors = ts;
+    out->file_order = file_order;
     out->n_metadata = nmeta;
     return QC_OK;
 }
@@ -389,24 +398,19 @@ static qc_status open_read(int fd, const char *path, size_t len, qc_st_file *out
         free(hdr);
         return st;
     }
-    /* the layout: the header, then each tensor (file order) at the next 64-byte boundary */
+    /* the layout, stored once in each tensor's copy_off: the header, then each tensor (file
+     * order, as parsed) at the next 64-byte boundary */
     const int nt = out->n_tensors;
-    st_span *order = malloc((nt > 0 ? (size_t)nt : 1) * sizeof *order);
-    if (!order) {
-        free(hdr);
-        qc_st_close(out);
-        return qc_errf(err, QC_ERR_OOM, "%s: out of memory", path);
-    }
-    for (int i = 0; i < nt; i++) order[i] = (st_span){out->tensors[i].begin, out->tensors[i].end, i};
-    qsort(order, (size_t)nt, sizeof *order, cmp_span);
     size_t total = hb;
-    for (int k = 0; k < nt; k++)
-        total = (total + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN + (size_t)(order[k].end - order[k].begin);
+    for (int k = 0; k < nt; k++) {
+        qc_st_tensor *t = &out->tensors[out->file_order[k]];
+        t->copy_off = (total + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN;
+        total = (size_t)t->copy_off + (size_t)(t->end - t->begin);
+    }
     void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     int e = errno;
     if (map == MAP_FAILED) {
         free(hdr);
-        free(order);
         qc_st_close(out);
         return qc_errf(err, QC_ERR_OOM, "%s: cannot allocate %zu bytes: %s", path, total, strerror(e));
     }
@@ -414,17 +418,14 @@ static qc_status open_read(int fd, const char *path, size_t len, qc_st_file *out
     uint8_t *base = map;
     memcpy(base, hdr, hb);
     free(hdr);
-    size_t pos = hb, missing = 0;
+    size_t missing = 0;
     uint64_t done = 0; /* data bytes read */
     for (int k = 0; k < nt && !missing; k++) {
-        qc_st_tensor *t = &out->tensors[order[k].idx];
-        pos = (pos + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN;
-        missing = pread_all(fd, base + pos, (size_t)(t->end - t->begin), 8 + n + t->begin);
-        t->data = base + pos;
-        pos += (size_t)(t->end - t->begin);
+        qc_st_tensor *t = &out->tensors[out->file_order[k]];
+        missing = pread_all(fd, base + t->copy_off, (size_t)(t->end - t->begin), 8 + n + t->begin);
+        t->data = base + t->copy_off;
         done += (t->end - t->begin) - missing;
     }
-    free(order);
     if (missing) {
         e = errno;
         munmap(map, total);
@@ -446,22 +447,13 @@ qc_status qc_st_hash_update(const qc_st_file *f, qc_sha256_ctx *hc) {
         qc_sha256_update(hc, f->data, (size_t)f->data_len);
         return QC_OK;
     }
-    /* the tensors tile the data region (checked): their bytes in file order are the region */
-    const int nt = f->n_tensors;
-    st_span *order = malloc((nt > 0 ? (size_t)nt : 1) * sizeof *order);
-    if (!order) return QC_ERR_OOM;
-    for (int i = 0; i < nt; i++) order[i] = (st_span){f->tensors[i].begin, f->tensors[i].end, i};
-    qsort(order, (size_t)nt, sizeof *order, cmp_span);
-    /* the copy's layout again (open_read), from the spans alone: the loader may repoint a
-     * tensor's data at a repacked buffer (Q8_0 pairs) */
-    size_t pos = (size_t)(8 + f->header_len);
-    for (int k = 0; k < nt; k++) {
-        const size_t len = (size_t)(order[k].end - order[k].begin);
-        pos = (pos + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN;
-        qc_sha256_update(hc, f->bytes + pos, len);
-        pos += len;
+    /* the tensors tile the data region (checked): their bytes in file order are the region,
+     * each where open_read put it (copy_off; the loader may repoint a tensor's data at a
+     * repacked buffer, Q8_0 pairs, so data is not read) */
+    for (int k = 0; k < f->n_tensors; k++) {
+        const qc_st_tensor *t = &f->tensors[f->file_order[k]];
+        qc_sha256_update(hc, f->bytes + t->copy_off, (size_t)(t->end - t->begin));
     }
-    free(order);
     return QC_OK;
 }
 
@@ -521,6 +513,7 @@ const qc_st_tensor *qc_st_find(const qc_st_file *f, const char *name) {
 void qc_st_close(qc_st_file *f) {
     if (!f) return;
     free_tensors(f->tensors, f->n_tensors);
+    free(f->file_order);
     if (f->map) munmap(f->map, f->map_len);
     memset(f, 0, sizeof *f);
 }

@@ -128,6 +128,60 @@ END_TEST
 /* A file whose tensors sit at odd offsets (6, 20, 34 bytes): qc_st_open places each at a
  * 64-byte boundary with its bytes unchanged; the digest of qc_st_hash_update is the file's,
  * read or parsed from a buffer; a lying header length still fails before any allocation. */
+/* The layout stored at open: file_order lists the tensors by data offset (here not the name
+ * order: b, c, a), copy_off is where each tensor's bytes are (in the copy of qc_st_open: the
+ * next 64-byte boundary after the previous tensor; in a parsed buffer: 8 + N + begin), and
+ * qc_st_hash_update reads those places, not the data pointers: repointed data (the Q8_0
+ * loader does it) leaves the digest the file's. */
+START_TEST(test_file_order_and_copy_offsets) {
+    char dir[512], path[600];
+    qc_err e;
+    ck_assert_int_eq(qc_testmodel_mkdtemp(dir, sizeof dir, "st", &e), QC_OK);
+    const char *h = "{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[54,60]},"
+                    "\"b\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[0,20]},"
+                    "\"c\":{\"dtype\":\"F16\",\"shape\":[17],\"data_offsets\":[20,54]}}";
+    size_t n;
+    uint8_t *b = mkfile(h, 60, -1, &n);
+    snprintf(path, sizeof path, "%s/order.safetensors", dir);
+    ck_assert_int_eq(qc_testmodel_write_file(path, b, n, &e), QC_OK);
+    qc_st_file f, g;
+    ck_assert_int_eq(qc_st_open(path, &f, &e), QC_OK);
+    ck_assert_int_eq(qc_st_parse(b, n, path, &g, &e), QC_OK);
+    const uint64_t data0 = 8 + strlen(h);
+    ck_assert_uint_ne(data0 % 64, 0);
+    static const int want_order[3] = {1, 2, 0}; /* b [0,20), c [20,54), a [54,60) */
+    uint64_t want_off = data0;                   /* the copy: header, then 64-byte steps */
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(f.file_order[k], want_order[k]);
+        ck_assert_int_eq(g.file_order[k], want_order[k]);
+        const qc_st_tensor *t = &f.tensors[f.file_order[k]];
+        want_off = (want_off + 63) / 64 * 64;
+        ck_assert_uint_eq(t->copy_off, want_off);
+        ck_assert_ptr_eq(t->data, f.bytes + t->copy_off);
+        want_off += t->end - t->begin;
+        const qc_st_tensor *u = &g.tensors[g.file_order[k]];
+        ck_assert_uint_eq(u->copy_off, data0 + u->begin);
+    }
+    ck_assert_uint_eq(f.map_len, want_off);
+    uint8_t d1[32], d2[32];
+    qc_sha256_ctx c;
+    qc_sha256_init(&c);
+    qc_sha256_update(&c, b, n);
+    qc_sha256_final(&c, d1);
+    static const uint8_t other[64] = {0xff};
+    for (int i = 0; i < f.n_tensors; i++) f.tensors[i].data = other; /* repointed */
+    qc_sha256_init(&c);
+    ck_assert_int_eq(qc_st_hash_update(&f, &c), QC_OK);
+    qc_sha256_final(&c, d2);
+    ck_assert_int_eq(memcmp(d1, d2, 32), 0);
+    qc_st_close(&f);
+    ck_assert_ptr_null(f.file_order);
+    qc_st_close(&g);
+    free(b);
+    qc_testmodel_rmtree(dir);
+}
+END_TEST
+
 START_TEST(test_open_aligned) {
     char dir[512], path[600];
     qc_err e;
@@ -540,6 +594,7 @@ int main(void) {
     tcase_add_test(p, test_valid_header);
     tcase_add_test(p, test_open_mmap);
     tcase_add_test(p, test_open_aligned);
+    tcase_add_test(p, test_file_order_and_copy_offsets);
     tcase_add_test(p, test_truncated_and_length);
     tcase_add_test(p, test_bad_json_and_types);
     tcase_add_test(p, test_dtypes);

@@ -34,7 +34,13 @@ typedef struct {
     int ndim;                        /* 0..QC_ST_MAX_DIMS (0 = scalar) */
     int64_t shape[QC_ST_MAX_DIMS];   /* [ndim] */
     uint64_t numel;                  /* product of shape (1 for a scalar) */
-    uint64_t begin, end;             /* byte span relative to the data region */
+    uint64_t begin, end;             /* byte span relative to the data region (its offset in
+                                        the file is 8 + header_len + begin) */
+    uint64_t copy_off;               /* where the open put the bytes: offset in the file's
+                                        `bytes` (8 + header_len + begin when parsed from a
+                                        buffer or mapped; the 64-byte-aligned place in the copy
+                                        of qc_st_open). Fixed at open: a loader may repoint
+                                        `data` (Q8_0 pairs), never this */
     const uint8_t *data;             /* the tensor's bytes: 64-byte aligned in a file read by
                                         qc_st_open; file bytes + 8 + header_len + begin when
                                         parsed from a buffer or mapped (any alignment) */
@@ -51,6 +57,8 @@ typedef struct {
     uint64_t data_len;        /* file_len - 8 - N */
     int n_tensors;            /* entries (metadata excluded) */
     qc_st_tensor *tensors;    /* [n_tensors], sorted by name */
+    int *file_order;          /* [n_tensors] (owned): indices into tensors in file order
+                                 (ascending begin; the spans tile the data region) */
     int n_metadata;           /* string entries in __metadata__ */
     void *map;                /* base of our copy (NULL when parsed from a caller buffer) */
     size_t map_len;           /* its length (munmap) */
@@ -73,8 +81,10 @@ qc_status qc_st_open(const char *path, qc_st_file *out, qc_err *err);
  * model, qc_model_load_streamed, populates and drops them a layer at a time). */
 qc_status qc_st_open_lazy(const char *path, qc_st_file *out, qc_err *err);
 
-/* Feed the file's bytes, in file order, to hc (the same digest whichever way it was opened).
- * QC_OK, or QC_ERR_OOM (no message; hc unchanged). */
+/* Feed the file's bytes, in file order, to hc (the same digest whichever way it was opened):
+ * the 8 + N header bytes, then each tensor's bytes at its copy_off in file_order (the layout
+ * the open stored; tensor data pointers are not read). QC_OK always (the status is kept for
+ * callers; nothing is allocated). */
 qc_status qc_st_hash_update(const qc_st_file *f, qc_sha256_ctx *hc);
 
 /* Tensor by exact name (binary search), or NULL. */
