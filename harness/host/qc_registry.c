@@ -17,6 +17,7 @@
 #include "qc/qc_runtime_plugin.h"
 #include "qc_cli_common.h"
 #include "qc_exec.h"
+#include "qc_kv.h"
 #include "qc_remote.h"
 
 /* ===================================================================================== */
@@ -355,25 +356,20 @@ static void exec_set_dims(void *handle, const qc_config *cfg) {
 /* create                                                                                */
 /* ===================================================================================== */
 
-/* The options of "NAME,k=v[,k=v...]" through the backend's set_option; on an error the backend
- * is destroyed (*out NULL) and the message names the spec. */
+/* The options of "NAME,k=v[,k=v...]" (split by qc_kv.h) through the backend's set_option; on
+ * an error the backend is destroyed (*out NULL) and the message names the spec. */
 static qc_status builtin_options(const qc_runtime_spec *rs, qc_backend *be, qc_backend **out,
                                  qc_err *err) {
-    char buf[sizeof rs->options];
-    snprintf(buf, sizeof buf, "%s", rs->options);
-    qc_status s = QC_OK;
-    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv && !s;
-         kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq) {
-            s = qc_errf(err, QC_ERR_ARG, "--backend %s: '%s' is not key=value", rs->name, kv);
-            break;
-        }
-        *eq = '\0';
+    char what[sizeof rs->name + 16];
+    snprintf(what, sizeof what, "--backend %s", rs->name);
+    qc_kv kv;
+    char *k, *v;
+    qc_status s = qc_kv_init(&kv, rs->options, what, err);
+    while (!s && !(s = qc_kv_pair(&kv, &k, &v, err)) && k) {
         qc_err e;
         qc_err_clear(&e);
-        if (qc_backend_set_option(be, kv, eq + 1, &e) != QC_OK)
-            s = qc_errf(err, QC_ERR_ARG, "--backend %s: %s", rs->name, e.msg);
+        if (qc_backend_set_option(be, k, v, &e) != QC_OK)
+            s = qc_errf(err, QC_ERR_ARG, "%s: %s", what, e.msg);
     }
     if (s) {
         qc_backend_destroy(be);

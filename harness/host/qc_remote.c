@@ -11,6 +11,7 @@
  */
 
 #include "qc_remote.h"
+#include "qc_kv.h"
 #include "qc_topk.h"
 
 #include <math.h>
@@ -60,10 +61,10 @@ void qc_cap_list(unsigned bits, char *buf, size_t n) {
 
 qc_status qc_cap_parse(const char *list, unsigned *bits, qc_err *err) {
     *bits = 0;
-    char tmp[512];
-    snprintf(tmp, sizeof tmp, "%s", list);
-    char *save = NULL;
-    for (char *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    qc_kv kv; /* name[,name...] (qc_kv.h) */
+    qc_status s = qc_kv_init(&kv, list, "--require", err);
+    if (s) return s;
+    for (char *t = qc_kv_item(&kv); t; t = qc_kv_item(&kv)) {
         size_t i = 0;
         while (i < N_CAP_NAMES && strcmp(cap_names[i].name, t)) i++;
         if (i < N_CAP_NAMES && cap_names[i].bit == QC_CAP_TOPK_ONLY)

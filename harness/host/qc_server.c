@@ -1,6 +1,7 @@
 /* qc_server.c — the http: backend's connection: options, dialect detection, scoring requests
  * (qc_server.h). The bodies and parsers of each dialect are in qc_server_dialect.c. */
 #include "qc_server_internal.h"
+#include "qc_kv.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,12 +23,8 @@ static int parse_int(const char *v, int lo, int hi, int *out) {
     return 0;
 }
 
-/* One k=v option of the spec. */
-static qc_status parse_opt(char *kv, qc_server_opts *o, qc_err *err) {
-    char *eq = strchr(kv, '=');
-    if (!eq) return qc_errf(err, QC_ERR_ARG, "--backend http: option '%s' is not key=value", kv);
-    *eq = '\0';
-    const char *k = kv, *v = eq + 1;
+/* One k=v option of the spec (split by qc_kv_pair). */
+static qc_status parse_opt(const char *k, const char *v, qc_server_opts *o, qc_err *err) {
     int bad = 0;
     if (!strcmp(k, "api")) {
         int found = 0;
@@ -84,19 +81,18 @@ qc_status qc_server_parse(const char *spec, qc_server_opts *o, qc_err *err) {
     o->timeout_s = 60;
     o->inflight = 8;
     o->max_body_mb = 256;
-    char buf[2048];
-    if (strlen(spec) >= sizeof buf) return qc_errf(err, QC_ERR_ARG, "--backend http: too long");
-    snprintf(buf, sizeof buf, "%s", spec);
-    char *save = NULL, *tok = strtok_r(buf, ",", &save);
-    if (!tok || (strncasecmp(tok, "http://", 7) && strncasecmp(tok, "https://", 8)))
+    qc_kv kv; /* URL[,k=v...]: the first item whole, then key=value items */
+    qc_status st = qc_kv_init(&kv, spec, "--backend http", err);
+    if (st) return st;
+    const char *url = qc_kv_item(&kv);
+    if (!url || (strncasecmp(url, "http://", 7) && strncasecmp(url, "https://", 8)))
         return qc_errf(err, QC_ERR_ARG, "--backend http:URL[,k=v...]: '%s' does not start with "
-                       "http:// or https://", tok ? tok : "");
-    snprintf(o->url, sizeof o->url, "%s", tok);
-    while ((tok = strtok_r(NULL, ",", &save))) {
-        qc_status st = parse_opt(tok, o, err);
-        if (st) return st;
-    }
-    return QC_OK;
+                       "http:// or https://", url ? url : "");
+    snprintf(o->url, sizeof o->url, "%s", url);
+    char *k, *v;
+    while (!(st = qc_kv_pair(&kv, &k, &v, err)) && k)
+        if ((st = parse_opt(k, v, o, err))) return st;
+    return st;
 }
 
 /* ---- detection ----------------------------------------------------------------------- */
