@@ -283,14 +283,40 @@ static void call_body(qc_backend *be, const opt_call *c) {
     }
 }
 
+/* A call runs with denormals flushed to zero (MXCSR FTZ and DAZ, in every thread of it; the
+ * caller's mode is restored after): a value under 2^-126 in magnitude is 0. The chunked
+ * DeltaNet's decay factors exp(gam_r - gam_s) and what they multiply, and attention's
+ * exp(score - max), reach that range; on Intel cores every denormal operand or result of an
+ * FMA costs a microcode assist (the synthetic 0.8B's DeltaNet prefill took 2.6x as long). The
+ * values lost are below any tolerance of the policy; the results stay the same for any thread
+ * count. */
+static unsigned fp_mode_enter(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    const unsigned saved = __builtin_ia32_stmxcsr();
+    __builtin_ia32_ldmxcsr(saved | 0x8040u); /* FTZ (bit 15), DAZ (bit 6) */
+    return saved;
+#else
+    return 0;
+#endif
+}
+
+static void fp_mode_leave(unsigned saved) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_ldmxcsr(saved);
+#else
+    (void)saved;
+#endif
+}
+
 /* Run a call: one parallel region when the work is worth sharing (thread 0 runs the call, the
- * others help with its jobs, qc_opt_pool.c), else inline. */
+ * others help with its jobs, qc_opt_pool.c), else inline; either way in fp_mode. */
 static void run_call(qc_backend *be, const opt_call *c, double work) {
     qc_opt *o = be->impl;
     if (QC_OPT_PAR(o, work)) {
         qc_opt_pool_reset(&o->pool);
 #pragma omp parallel num_threads(o->nthreads)
         {
+            const unsigned mode = fp_mode_enter();
             if (omp_get_thread_num() == 0) {
                 o->pool_active = omp_get_num_threads() > 1;
                 call_body(be, c);
@@ -299,9 +325,12 @@ static void run_call(qc_backend *be, const opt_call *c, double work) {
             } else {
                 qc_opt_pool_helper(&o->pool, omp_get_thread_num());
             }
+            fp_mode_leave(mode);
         }
     } else {
+        const unsigned mode = fp_mode_enter();
         call_body(be, c);
+        fp_mode_leave(mode);
     }
 }
 
@@ -503,7 +532,8 @@ static void opt_layout(qc_opt *o, const qc_config *c, opt_arena *a) {
     o->bab = take(a, N, 2 * nv);
     o->rope = take(a, N, rd);
     o->est = take(a, Kc, C);
-    o->xpack = take(a, (N + NR - 1) / NR, Kp * NR);
+    /* token strips: Kp x NR floats, or the AMX GEMM's 3 bf16 terms of each, Kp x NR x 3 / 2 */
+    o->xpack = take(a, (N + NR - 1) / NR, Kp * NR * (qc_opt_amx_pick() ? 3 : 2) / 2);
     o->inv_freq = take(a, 1, (size_t)(c->rotary_dim / 2 + 1));
     if (qc_cfg_is_moe(c)) { /* the MoE block's scratch (qc_opt_moe.c) */
         float *moe = take(a, 1, qc_opt_moe_floats(c, o->max_tokens));
@@ -626,7 +656,7 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     opt_geometry(o, c, &op);
     o->gemm_min = 8;      /* the defaults; set_option changes them between calls */
     o->par_min = 1 << 16;
-    qc_opt_describe_set(o);
+    o->amx = qc_opt_amx_pick(); /* NULL without AMX (or below the AVX-512 table) */
 
     /* count, allocate, carve, fill: the same layout as qc_optimized_scratch_bytes */
     const int T = o->nthreads;
@@ -655,6 +685,7 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     be->opts = op;
     o->prof = op.profile;
     be->impl = o;
+    qc_opt_describe_set(be);
     be->forward = opt_forward;
     be->step_layer = opt_step_layer;
     be->step_norm = opt_step_norm;

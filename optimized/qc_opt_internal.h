@@ -109,6 +109,9 @@ typedef struct {
                                 (multiply-adds; read per call; option par_min, tests: 0) */
     const qc_opt_bf16dot *bd; /* the BF16 dot GEMM when option bf16_dot is on (BF16 weights,
                                  GEMM path: activations rounded to bf16), else NULL */
+    const qc_opt_bf16dot *amx; /* the AMX GEMM of BF16 weights (hi + lo activations, float32
+                                  policy): at create where the CPU has AMX, option amx; bd
+                                  comes first */
     int max_tokens;          /* largest n */
     int cmax;                /* DeltaNet chunk scratch capacity (tokens) */
     int kp_max;              /* largest padded GEMM input dim */
@@ -215,8 +218,9 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
  * --profile-ops). Part of the numbers: the block structure sets the rescales. */
 #define QC_OPT_ATT_KB 16
 
-/* o->desc from the ISA, the BF16 dot option and the threads (create, set_option) */
-void qc_opt_describe_set(qc_opt *o);
+/* be's describe text (o->desc) and be->kernels from the ISA, the BF16 weight GEMM (bf16_dot,
+ * else AMX) and the threads (create, set_option) */
+void qc_opt_describe_set(qc_backend *be);
 
 /* The backend's set_option: gemm_min = integer >= 1, par_min = number >= 0, bf16_dot = 0|1,
  * effective from the next call; QC_ERR_NO_OPTION naming an unknown key (and the keys known),

@@ -34,7 +34,7 @@
 /* k is padded to a multiple of this in packed GEMM panels and token strips */
 #define QC_OPT_KB 16
 /* the largest gemm_mr / gemm_nr of any ISA (scratch sizing) */
-#define QC_OPT_MR_MAX 12
+#define QC_OPT_MR_MAX 16 /* 16: the AMX panel, 32 rows of bf16 pairs (qc_opt_kernels_amx.c) */
 #define QC_OPT_NR_MAX 32
 
 typedef struct qc_opt_kernels {
@@ -111,21 +111,31 @@ const qc_opt_kernels *qc_opt_kernels_pick(void);
 /* By name ("scalar", "avx2", "avx512"); NULL when unknown or unsupported by this CPU. */
 const qc_opt_kernels *qc_opt_kernels_by_name(const char *name);
 
-/* The BF16 dot-product GEMM (qc_opt_kernels_bf16dot.c: AVX512_BF16 vdpbf16ps), used for BF16
- * weights when the backend's option bf16_dot is on: activations rounded to bf16, products
- * exact, fp32 accumulation, one accumulator lane per output element over the k pairs in order
- * (thread invariant). Panels and strips hold uint32 bf16 pairs, the lower half the even k. */
+/* A GEMM of BF16 weights with its own packing, used instead of the table's for BF16 weights:
+ *  - the BF16 dot GEMM (qc_opt_kernels_bf16dot.c: AVX512_BF16 vdpbf16ps) when the backend's
+ *    option bf16_dot is on: activations rounded to bf16 (x_terms 1), products exact, fp32
+ *    accumulation, one accumulator lane per output element over the k pairs in order;
+ *  - the AMX GEMM (qc_opt_kernels_amx.c: tdpbf16ps) by default where the CPU has AMX: each
+ *    activation split into two bf16, hi + lo (x_terms 2), within the float32 policy.
+ * Both thread invariant. Panels and strips hold uint32 bf16 pairs, the lower half the even k;
+ * a panel takes at most 16 x Kp uint32, a strip nr x Kp / 2 x x_terms (Kp a multiple of
+ * kstep). */
 typedef struct qc_opt_bf16dot {
-    int mr, nr; /* rows per panel / tokens per strip (== the AVX-512 table's gemm_mr / nr) */
-    /* rows r0..r0+mr-1 of the BF16 matrix W [rows_total, K] -> panel [Kp/16][mr_max][8]
-     * (rows >= mr and k >= K zero) */
+    const char *name; /* "BF16 dot", "AMX" (describe text, bench limit name) */
+    int mr, nr;       /* rows per panel / tokens per strip */
+    int kstep;        /* Kp must be a multiple of it (else the table's GEMM runs) */
+    int x_terms;      /* bf16 terms per activation in a strip: 1 rounded, 2 hi + lo */
+    /* rows r0..r0+mr-1 of the BF16 matrix W [rows_total, K] -> panel (zeros past mr, K) */
     void (*pack_w)(uint32_t *panel, const void *W, int K, int mr);
-    /* tokens of x (row stride ldx) -> strip [Kp/2][nr] of rounded pairs (zeros past nt, K) */
+    /* tokens of x (row stride ldx) -> strip (zeros past nt, K) */
     void (*pack_x)(uint32_t *strip, const float *x, int ldx, int K, int nt);
-    /* y[t*ldy + r] = sum over pairs p < Kp/2 of panel(r, p) . strip(p, t), for r < mr, t < nt */
+    /* y[t*ldy + r] = sum over k of panel(r, k) . strip(k, t), for r < mr, t < nt */
     void (*gemm_tile)(const uint32_t *panel, const uint32_t *strip, int Kp, float *y, long ldy,
                       int mr, int nt);
-    /* the probe (bench): iters x 24 independent vdpbf16ps chains, burn_flops flops an iter */
+    /* NULL or run by the thread before / after its gemm_tile calls (AMX: tile config) */
+    void (*begin)(void);
+    void (*end)(void);
+    /* the probe (bench): iters of the kernel's instruction at its peak, burn_flops an iter */
     float (*dot_burn)(long iters, float seed);
     double burn_flops;
 } qc_opt_bf16dot;
@@ -133,6 +143,10 @@ typedef struct qc_opt_bf16dot {
 int qc_opt_cpu_has_bf16dot(void);
 /* The table when the CPU has it and the picked ISA is AVX-512, else NULL. */
 const qc_opt_bf16dot *qc_opt_bf16dot_pick(void);
+/* Does this CPU have AMX-BF16 with the OS's permission (asked once, Linux)? */
+int qc_opt_cpu_has_amx(void);
+/* The AMX table when the CPU has it and the picked ISA is AVX-512, else NULL. */
+const qc_opt_bf16dot *qc_opt_amx_pick(void);
 /* fp32 -> bf16, round to nearest even (NaN stays NaN): the rounding of pack_x */
 uint16_t qc_opt_bf16_rne(float f);
 

@@ -143,8 +143,11 @@ TBF static float bd_dot_burn(long iters, float seed) {
 }
 
 static const qc_opt_bf16dot bf16dot = {
+    .name = "BF16 dot",
     .mr = MR,
     .nr = NR,
+    .kstep = QC_OPT_KB,
+    .x_terms = 1,
     .pack_w = bd_pack_w,
     .pack_x = bd_pack_x,
     .gemm_tile = bd_gemm_tile,

@@ -22,10 +22,12 @@ typedef struct {
     const float *x;          /* [n, K] input, row stride ldx */
     long ldx;
     int n, K, Kp, ns, sblk;  /* tokens, input dim, padded, token strips, strips per block */
+    int mr, nr;              /* GEMM: rows per panel, tokens per strip (the table's or bd's) */
     const qc_opt_lin *outs;
     long end[8];             /* cumulative work items per output */
     long ngrp;               /* GEMM: panel groups over all outputs */
-    const qc_opt_bf16dot *bd; /* GEMM: the BF16 dot kernels (every output BF16, option on) */
+    const qc_opt_bf16dot *bd; /* GEMM: the BF16 weight kernels (every output BF16, o->bd or
+                                 o->amx, Kp a multiple of their kstep), else NULL */
 } lin_job;
 
 static int out_of_item(const lin_job *j, long it, long *first) {
@@ -56,20 +58,25 @@ static void pack_item(void *ctx, long s, int tid) {
                     j->K, cnt);
 }
 
-/* the same over the BF16 dot GEMM (o->bd): bf16 pair strips [Kp/2][NR] */
+/* uint32 of one token strip of the BF16 weight GEMM j->bd */
+static size_t bd_strip_words(const lin_job *j) {
+    return (size_t)(j->Kp / 2) * (size_t)j->bd->nr * (size_t)j->bd->x_terms;
+}
+
+/* the same over the BF16 weight GEMM (j->bd): strips of bf16 pairs */
 static void pack_item_bd(void *ctx, long s, int tid) {
     const lin_job *j = ctx;
     (void)tid;
-    const int NR = j->o->bd->nr, t0 = (int)s * NR, cnt = j->n - t0 < NR ? j->n - t0 : NR;
-    j->o->bd->pack_x((uint32_t *)(void *)j->o->xpack + (size_t)s * (j->Kp / 2) * NR,
-                     j->x + (size_t)t0 * j->ldx, (int)j->ldx, j->K, cnt);
+    const int NR = j->bd->nr, t0 = (int)s * NR, cnt = j->n - t0 < NR ? j->n - t0 : NR;
+    j->bd->pack_x((uint32_t *)(void *)j->o->xpack + (size_t)s * bd_strip_words(j),
+                  j->x + (size_t)t0 * j->ldx, (int)j->ldx, j->K, cnt);
 }
 
 /* item = (token block, group of GEMM_PANELS panels), token block major */
 static void tile_item(void *ctx, long it, int tid) {
     const lin_job *j = ctx;
     const qc_opt_kernels *kt = j->o->k;
-    const int MR = kt->gemm_mr, NR = kt->gemm_nr;
+    const int MR = j->mr, NR = j->nr;
     const int sb = (int)(it / j->ngrp) * j->sblk, se = sb + j->sblk < j->ns ? sb + j->sblk : j->ns;
     long first;
     const long g = it % j->ngrp;
@@ -79,6 +86,7 @@ static void tile_item(void *ctx, long it, int tid) {
     float *panel = j->o->panel[tid];
     const long p0 = (g - first) * GEMM_PANELS;
     const qc_opt_bf16dot *bd = j->bd;
+    if (bd && bd->begin) bd->begin();
     for (long p = p0; p < p0 + GEMM_PANELS; p++) {
         const int row0 = (int)(p * MR);
         if (row0 >= rows) break;
@@ -89,7 +97,7 @@ static void tile_item(void *ctx, long it, int tid) {
             bd->pack_w(pb, (const char *)w->data + (size_t)row0 * 2 * (size_t)j->K, j->K, mr);
             for (int s = sb; s < se; s++) {
                 const int t0 = s * NR, cnt = j->n - t0 < NR ? j->n - t0 : NR;
-                bd->gemm_tile(pb, xs + (size_t)s * (j->Kp / 2) * NR, j->Kp,
+                bd->gemm_tile(pb, xs + (size_t)s * bd_strip_words(j), j->Kp,
                               j->outs[wi].y + (long)t0 * j->outs[wi].ldy + row0, j->outs[wi].ldy,
                               mr, cnt);
             }
@@ -103,6 +111,7 @@ static void tile_item(void *ctx, long it, int tid) {
                           j->outs[wi].y + (long)t0 * j->outs[wi].ldy + row0, j->outs[wi].ldy, mr, cnt);
         }
     }
+    if (bd && bd->end) bd->end();
 }
 
 void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_opt_lin *outs,
@@ -123,9 +132,16 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
         qc_opt_run(o, nitems, par, mv_item, &j);
         return;
     }
-    /* packed GEMM */
-    const int MR = kt->gemm_mr, NR = kt->gemm_nr;
+    /* packed GEMM: the BF16 weight one (bf16_dot, else AMX) when every output is BF16 and Kp
+     * a multiple of its k step, else the table's */
     j.Kp = qc_opt_kpad(K);
+    j.bd = o->bd ? o->bd : o->amx;
+    for (int i = 0; i < nouts && j.bd; i++)
+        if (outs[i].w->dtype != QC_BF16) j.bd = NULL;
+    if (j.bd && j.Kp % j.bd->kstep) j.bd = NULL;
+    const int MR = j.bd ? j.bd->mr : kt->gemm_mr, NR = j.bd ? j.bd->nr : kt->gemm_nr;
+    j.mr = MR;
+    j.nr = NR;
     j.ns = (n + NR - 1) / NR;
     for (int i = 0; i < nouts; i++) {
         long panels = ((long)rows_of(outs[i].w) + MR - 1) / MR;
@@ -134,10 +150,7 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
     }
     /* token block: as many strips as fit in ~1.5 MiB (stays in the 2 MiB L2 with the panel
      * while the panels run; every panel is widened once per token block) */
-    j.bd = o->bd;
-    for (int i = 0; i < nouts && j.bd; i++)
-        if (outs[i].w->dtype != QC_BF16) j.bd = NULL;
-    const long strip_bytes = (long)j.Kp * NR * (j.bd ? 2 : 4);
+    const long strip_bytes = j.bd ? (long)bd_strip_words(&j) * 4 : (long)j.Kp * NR * 4;
     j.sblk = (int)((3L << 19) / strip_bytes);
     if (j.sblk < 1) j.sblk = 1;
     const long nsb = (j.ns + j.sblk - 1) / j.sblk;

@@ -13,6 +13,11 @@
  *                  as llama.cpp does: about twice the prefill rate, the numbers of the `bf16`
  *                  tier instead of the float32 policy; refused where the CPU lacks it.
  *                  be->kernels has QC_BE_KERNEL_BF16_DOT while it is on (qc_backend.h)
+ *   amx = 0|1      (default 1 where the CPU has AMX-BF16 and the OS allows it) 1: the packed
+ *                  GEMM of BF16 weights runs on the AMX tiles with each activation split in
+ *                  two bf16, hi + lo (qc_opt_kernels_amx.c): within the float32 policy;
+ *                  0: the FP32 FMA GEMM; 1 is refused where the CPU lacks it. bf16_dot=1
+ *                  takes precedence
  * Results are bit-identical for any par_min (thread invariance, qc_opt_internal.h); gemm_min
  * selects a different kernel, within the backend's tolerance of the reference. */
 #include <errno.h>
@@ -24,7 +29,7 @@
 
 #include "qc_opt_internal.h"
 
-#define OPT_KEYS "gemm_min, par_min, bf16_dot"
+#define OPT_KEYS "gemm_min, par_min, bf16_dot, amx"
 
 /* value as a whole decimal integer in [lo, INT_MAX]: 1 and *out, else 0 */
 static int parse_int(const char *value, int lo, int *out) {
@@ -46,9 +51,12 @@ static int parse_work(const char *value, double *out) {
     return 1;
 }
 
-void qc_opt_describe_set(qc_opt *o) {
-    snprintf(o->desc, sizeof o->desc, "optimized (%s%s, %d thread%s)", o->k->isa,
-             o->bd ? " + BF16 dot" : "", o->nthreads, o->nthreads == 1 ? "" : "s");
+void qc_opt_describe_set(qc_backend *be) {
+    qc_opt *o = be->impl;
+    const qc_opt_bf16dot *g = o->bd ? o->bd : o->amx; /* the BF16 weight GEMM */
+    be->kernels = o->bd ? QC_BE_KERNEL_BF16_DOT : o->amx ? QC_BE_KERNEL_AMX : 0u;
+    snprintf(o->desc, sizeof o->desc, "optimized (%s%s%s, %d thread%s)", o->k->isa,
+             g ? " + " : "", g ? g->name : "", o->nthreads, o->nthreads == 1 ? "" : "s");
 }
 
 qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, qc_err *err) {
@@ -76,9 +84,18 @@ qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, 
             return qc_errf(err, QC_ERR_UNSUPPORTED, "optimized: option bf16_dot: this CPU (or "
                            "the ISA chosen, %s) has no AVX512_BF16", o->k->isa);
         o->bd = bd;
-        if (bd) be->kernels |= QC_BE_KERNEL_BF16_DOT;
-        else be->kernels &= ~QC_BE_KERNEL_BF16_DOT;
-        qc_opt_describe_set(o);
+        qc_opt_describe_set(be);
+        return QC_OK;
+    }
+    if (!strcmp(key, "amx")) {
+        if (strcmp(value, "0") && strcmp(value, "1"))
+            return qc_errf(err, QC_ERR_ARG, "optimized: option amx: '%.40s' is not 0 or 1", value);
+        const qc_opt_bf16dot *amx = value[0] == '1' ? qc_opt_amx_pick() : NULL;
+        if (value[0] == '1' && !amx)
+            return qc_errf(err, QC_ERR_UNSUPPORTED, "optimized: option amx: this CPU (or the "
+                           "ISA chosen, %s, or the OS) has no AMX-BF16", o->k->isa);
+        o->amx = amx;
+        qc_opt_describe_set(be);
         return QC_OK;
     }
     return qc_errf(err, QC_ERR_NO_OPTION, "optimized: unknown option '%.60s' (%s)", key,

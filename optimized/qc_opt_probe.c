@@ -72,3 +72,8 @@ double qc_probe_bf16dot_gflops(int threads) {
     const qc_opt_bf16dot *B = qc_opt_bf16dot_pick();
     return B ? burn_gflops(B->dot_burn, B->burn_flops, threads) : 0.0;
 }
+
+double qc_probe_amx_gflops(int threads) {
+    const qc_opt_bf16dot *A = qc_opt_amx_pick();
+    return A ? burn_gflops(A->dot_burn, A->burn_flops, threads) : 0.0;
+}

@@ -309,10 +309,74 @@ START_TEST(bit_identical_for_1_2_3_threads) {
 }
 END_TEST
 
+static const char *const PAR0_FMA[] = {"par_min", "0", "amx", "0", NULL};
+static const char *const PAR0_AMX[] = {"par_min", "0", "amx", "1", NULL};
+
+/* amx: on by default where the CPU has AMX-BF16 (refused elsewhere, and a value not 0 / 1);
+ * on, the BF16 GEMM is bit-identical for 1, 2, 3 threads, differs from the FMA GEMM (amx=0)
+ * and is as close to it as two float32 orders of summation are (three bf16 terms per
+ * activation: nothing of float32 lost) */
+START_TEST(amx_default_thread_invariant_and_float32_close) {
+    qc_model *m = tiny_model(0, QC_BF16);
+    qc_backend_opts bo;
+    qc_backend_opts_default(&bo);
+    bo.max_tokens = 8;
+    qc_backend *be = NULL;
+    qc_err e = {0};
+    ck_assert_int_eq(qc_optimized_create(m, &bo, &be, &e), QC_OK);
+    ck_assert_int_eq(qc_backend_set_option(be, "amx", "yes", &e), QC_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "option amx: 'yes' is not 0 or 1"), "%s", e.msg);
+    ck_assert_int_eq(qc_backend_set_option(be, "amx", "0", &e), QC_OK);
+    ck_assert_uint_eq(be->kernels, 0u);
+    ck_assert_msg(!strstr(be->describe(be), "AMX"), "%s", be->describe(be));
+    if (!qc_opt_cpu_has_amx()) {
+        ck_assert_int_eq(qc_backend_set_option(be, "amx", "1", &e), QC_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(e.msg, "AMX-BF16"), "%s", e.msg);
+        qc_backend_destroy(be);
+        qc_model_free(m);
+        return;
+    }
+    ck_assert_int_eq(qc_backend_set_option(be, "amx", "1", &e), QC_OK);
+    ck_assert_uint_eq(be->kernels, QC_BE_KERNEL_AMX);
+    ck_assert_msg(strstr(be->describe(be), "+ AMX"), "%s", be->describe(be));
+    if (qc_opt_cpu_has_bf16dot()) { /* bf16_dot takes precedence while it is on */
+        ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "1", &e), QC_OK);
+        ck_assert_uint_eq(be->kernels, QC_BE_KERNEL_BF16_DOT);
+        ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "0", &e), QC_OK);
+        ck_assert_uint_eq(be->kernels, QC_BE_KERNEL_AMX);
+    }
+    qc_backend_destroy(be);
+    int32_t toks[64];
+    make_tokens(toks, 43, m->cfg.vocab_size, 11);
+    const int V = m->cfg.vocab_size, n = 43;
+    run_out r[4];
+    for (int t = 0; t < 4; t++) {
+        run_cfg rc = {"optimized", QC_MODE_DYNAMIC, 40, QC_DN_CHUNKED, 8, t < 3 ? t + 1 : 1,
+                      t < 3 ? PAR0_AMX : PAR0_FMA};
+        run_seq(m, &rc, toks, 40, 3, &r[t]);
+    }
+    for (int t = 1; t < 3; t++)
+        ck_assert_msg(!memcmp(r[0].logits, r[t].logits, (size_t)n * V * 4),
+                      "amx: logits differ between 1 and %d threads", t + 1);
+    ck_assert_msg(memcmp(r[0].logits, r[3].logits, (size_t)n * V * 4) != 0, "amx changed nothing");
+    double se = 0, sg = 0;
+    for (size_t i = 0; i < (size_t)n * V; i++) {
+        const double d = (double)r[0].logits[i] - r[3].logits[i];
+        se += d * d;
+        sg += (double)r[3].logits[i] * r[3].logits[i];
+    }
+    /* bf16_dot's rounded activations give ~1e-3 here; float32 reorderings ~1e-12 */
+    ck_assert_msg(se / sg < 1e-9, "amx vs FMA logits: nmse %g", se / sg);
+    for (int t = 0; t < 4; t++) run_free(&r[t]);
+    qc_model_free(m);
+}
+END_TEST
+
 /* bf16_dot: refused where the CPU lacks AVX512_BF16 and for a value not 0 / 1; on, the BF16
  * GEMM path is still bit-identical for 1, 2, 3 threads, differs from the float32 path (the
  * activations are rounded) and stays close to it */
 static const char *const PAR0_BD[] = {"par_min", "0", "bf16_dot", "1", NULL};
+
 
 START_TEST(bf16_dot_thread_invariant_and_close) {
     qc_model *m = tiny_model(0, QC_BF16);
@@ -322,13 +386,15 @@ START_TEST(bf16_dot_thread_invariant_and_close) {
     qc_backend *be = NULL;
     qc_err e = {0};
     ck_assert_int_eq(qc_optimized_create(m, &bo, &be, &e), QC_OK);
-    ck_assert_uint_eq(be->kernels, 0u); /* off by default: the FMA peak is bench's limit */
+    /* off by default (the AMX GEMM where the CPU has it, else the FMA peak is bench's limit) */
+    const unsigned dflt = qc_opt_cpu_has_amx() ? QC_BE_KERNEL_AMX : 0u;
+    ck_assert_uint_eq(be->kernels, dflt);
     ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "2", &e), QC_ERR_ARG);
     ck_assert_msg(strstr(e.msg, "option bf16_dot: '2' is not 0 or 1"), "%s", e.msg);
     if (!qc_opt_cpu_has_bf16dot()) {
         ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "1", &e), QC_ERR_UNSUPPORTED);
         ck_assert_msg(strstr(e.msg, "AVX512_BF16"), "%s", e.msg);
-        ck_assert_uint_eq(be->kernels, 0u);
+        ck_assert_uint_eq(be->kernels, dflt);
         qc_backend_destroy(be);
         qc_model_free(m);
         return;
@@ -340,7 +406,7 @@ START_TEST(bf16_dot_thread_invariant_and_close) {
     ck_assert_uint_eq(be->kernels, QC_BE_KERNEL_BF16_DOT); /* a refused value changes nothing */
     ck_assert_int_eq(qc_backend_set_option(be, "bf16_dot", "0", &e), QC_OK);
     ck_assert_ptr_null(((const qc_opt *)be->impl)->bd);
-    ck_assert_uint_eq(be->kernels, 0u);
+    ck_assert_uint_eq(be->kernels, dflt);
     qc_backend_destroy(be);
     int32_t toks[64];
     make_tokens(toks, 43, m->cfg.vocab_size, 7);
@@ -348,7 +414,7 @@ START_TEST(bf16_dot_thread_invariant_and_close) {
     run_out r[4];
     for (int t = 0; t < 4; t++) {
         run_cfg rc = {"optimized", QC_MODE_DYNAMIC, 40, QC_DN_CHUNKED, 8, t < 3 ? t + 1 : 1,
-                      t < 3 ? PAR0_BD : PAR0};
+                      t < 3 ? PAR0_BD : qc_opt_cpu_has_amx() ? PAR0_FMA : PAR0};
         run_seq(m, &rc, toks, 40, 3, &r[t]);
     }
     for (int t = 1; t < 3; t++)
@@ -615,6 +681,7 @@ Suite *opt_backend_suite(void) {
     tcase_add_test(ti, errors_and_trace);
     tcase_add_test(ti, options_gemm_min_par_min);
     tcase_add_test(ti, bf16_dot_thread_invariant_and_close);
+    tcase_add_test(ti, amx_default_thread_invariant_and_float32_close);
     tcase_add_test(ti, last_logits_equal_last_row);
     suite_add_tcase(s, ti);
     return s;

@@ -120,14 +120,17 @@ typedef struct {
     int http;           /* a server (http:): timed per request, no static figure */
     int bf16_dot;       /* 1: the backend created reported QC_BE_KERNEL_BF16_DOT (be->kernels,
                            qc_backend.h): its dynamic prefill limit is the BF16 dot probe's */
+    int amx;            /* 1: it reported QC_BE_KERNEL_AMX: on BF16 weights its dynamic
+                           prefill limit is the AMX probe's / 3 */
 } bench_backend;
 
 typedef struct {
     int threads;
     double bw[MAX_REPS], peak[MAX_REPS]; /* probe samples: GB/s, GFLOP/s */
     double dot[MAX_REPS];     /* BF16 dot (vdpbf16ps) GFLOP/s, when a backend uses it; else 0 */
+    double amx[MAX_REPS];     /* AMX tdpbf16ps GFLOP/s, when a backend uses it; else 0 */
     int n;
-    double bw_med, bw_max, peak_med, peak_max, dot_med, dot_max;
+    double bw_med, bw_max, peak_med, peak_max, dot_med, dot_max, amx_med, amx_max;
 } bench_probe;
 
 typedef struct {
@@ -240,7 +243,12 @@ void bench_finish(bench_report *R, const bench_opts *o);
 static inline int bench_uses_bf16_dot(const bench_report *R, int b) {
     return b >= 0 && b < R->n_be && R->be[b].bf16_dot;
 }
-/* The name of a figure's limit: "bandwidth", "FMA peak" or "BF16 dot peak". */
+/* Backend b runs the AMX GEMM on this run's BF16 weights (R->be[b].amx, its own report): its
+ * dynamic prefill limit is the AMX probe's / 3 (three tdpbf16ps terms per multiply-add). */
+static inline int bench_uses_amx(const bench_report *R, int b) {
+    return b >= 0 && b < R->n_be && R->be[b].amx && !R->be[b].bf16_dot && R->dtype == QC_BF16;
+}
+/* The name of a figure's limit: "bandwidth", "FMA peak", "BF16 dot peak" or "AMX peak / 3". */
 const char *bench_limit_name(const bench_report *R, const bench_fig *f);
 /* Statistics of one figure only (median, min, max, MAD, interval). */
 void bench_fig_stats(bench_fig *f);

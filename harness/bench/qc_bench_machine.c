@@ -295,9 +295,12 @@ void bench_machine(const bench_opts *o, const qc_model *m, bench_report *R, benc
 void bench_probe_sample(bench_report *R, const bench_run *run, int p, int rep, int reps) {
     bench_probe *pr = &R->probe[p];
     if (pr->n >= MAX_REPS) return;
-    double bw = 0, pk = 0, dk = 0;
-    int dot = 0; /* a backend runs the BF16 dot GEMM: its prefill limit is that probe's */
-    for (int b = 0; b < R->n_be; b++) dot |= bench_uses_bf16_dot(R, b);
+    double bw = 0, pk = 0, dk = 0, ak = 0;
+    int dot = 0, amx = 0; /* a backend runs the BF16 dot / AMX GEMM: its limit is that probe's */
+    for (int b = 0; b < R->n_be; b++) {
+        dot |= bench_uses_bf16_dot(R, b);
+        amx |= bench_uses_amx(R, b);
+    }
     /* best of 3 passes: a pass that lost its CPU to another process says nothing about the
      * machine's limit */
     for (int pass = 0; pass < 3; pass++) {
@@ -309,10 +312,15 @@ void bench_probe_sample(bench_report *R, const bench_run *run, int p, int rep, i
             const double d = qc_probe_bf16dot_gflops(pr->threads);
             dk = d > dk ? d : dk;
         }
+        if (amx) {
+            const double a = qc_probe_amx_gflops(pr->threads);
+            ak = a > ak ? a : ak;
+        }
     }
     pr->bw[pr->n] = bw;
     pr->peak[pr->n] = pk;
     pr->dot[pr->n] = dk;
+    pr->amx[pr->n] = ak;
     pr->n++;
     fprintf(stderr, "%s: rep %d/%d (%d threads): bandwidth %.1f GB/s, FMA peak %.0f GFLOP/s\n",
             PROG, rep + 1, reps, pr->threads, bw, pk);

@@ -332,6 +332,7 @@ static int open_backends(const bench_opts *o, qc_model *m, bench_report *R, benc
         }
         qc_backend *be = run->bes[b];
         bb->bf16_dot = (be->kernels & QC_BE_KERNEL_BF16_DOT) != 0;
+        bb->amx = (be->kernels & QC_BE_KERNEL_AMX) != 0;
         snprintf(bb->desc, sizeof bb->desc, "%s", be->describe ? be->describe(be) : be->name);
         if (ti >= 0 && ti < MAX_LIST) snprintf(bb->tdesc[ti], sizeof bb->tdesc[ti], "%s", bb->desc);
     }

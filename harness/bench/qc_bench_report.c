@@ -98,6 +98,10 @@ static void md_header(const bench_report *R, const bench_opts *o, qc_sbuf *b) {
         if (p->dot_med > 0)
             qc_sbuf_printf(b, "  - BF16 dot loop (vdpbf16ps, the prefill limit of the '+ BF16 dot' "
                            "rows) %.0f GFLOP/s median (max %.0f)\n", p->dot_med, p->dot_max);
+        if (p->amx_med > 0)
+            qc_sbuf_printf(b, "  - AMX tile loop (tdpbf16ps; the '+ AMX' rows do three per "
+                           "multiply-add: their prefill limit is a third) %.0f GFLOP/s median "
+                           "(max %.0f)\n", p->amx_med, p->amx_max);
     }
     qc_sbuf_printf(b, "- workload: static prefill %d tokens (one call per token), dynamic prefill (pp) ",
               R->static_prompt);
@@ -252,6 +256,10 @@ static void json_head(cJSON *j, const bench_report *R, const bench_opts *o) {
         if (p->dot_med > 0) {
             cJSON_AddItemToObject(e, "bf16_dot_peak_gflops", cJSON_CreateDoubleArray(p->dot, p->n));
             cJSON_AddNumberToObject(e, "bf16_dot_peak_gflops_median", p->dot_med);
+        }
+        if (p->amx_med > 0) {
+            cJSON_AddItemToObject(e, "amx_peak_gflops", cJSON_CreateDoubleArray(p->amx, p->n));
+            cJSON_AddNumberToObject(e, "amx_peak_gflops_median", p->amx_med);
         }
         cJSON_AddItemToArray(pt, e);
     }

@@ -130,14 +130,17 @@ static double fig_limit(const bench_report *R, const bench_opts *o, const bench_
     double fl = R->flops_pp[0];
     for (int i = 0; i < o->n_prompts; i++)
         if (o->prompts[i] == f->tokens) fl = R->flops_pp[i];
-    const double peak = bench_uses_bf16_dot(R, f->backend) && p->dot_med > 0 ? p->dot_med : p->peak_med;
+    const double peak = bench_uses_bf16_dot(R, f->backend) && p->dot_med > 0 ? p->dot_med
+                        : bench_uses_amx(R, f->backend) && p->amx_med > 0 ? p->amx_med / 3
+                                                                          : p->peak_med;
     return fl > 0 ? peak * 1e9 / fl : 0;
 }
 
 const char *bench_limit_name(const bench_report *R, const bench_fig *f) {
     if (f->mode != BM_DYNAMIC) return "bandwidth";
     const bench_probe *p = fig_probe(R, f);
-    return bench_uses_bf16_dot(R, f->backend) && p && p->dot_med > 0 ? "BF16 dot peak" : "FMA peak";
+    if (bench_uses_bf16_dot(R, f->backend) && p && p->dot_med > 0) return "BF16 dot peak";
+    return bench_uses_amx(R, f->backend) && p && p->amx_med > 0 ? "AMX peak / 3" : "FMA peak";
 }
 
 /* the base figure f is compared with: same test on the --ratio-to backend; when either side is
@@ -239,6 +242,8 @@ void bench_finish(bench_report *R, const bench_opts *o) {
         p->peak_max = max_of(p->peak, p->n);
         p->dot_med = median_of(p->dot, p->n);
         p->dot_max = max_of(p->dot, p->n);
+        p->amx_med = median_of(p->amx, p->n);
+        p->amx_max = max_of(p->amx, p->n);
     }
     for (int i = 0; i < R->n_fig; i++) {
         bench_fig_stats(&R->fig[i]);

@@ -36,6 +36,12 @@ double qc_probe_fma_gflops(int threads);
  * pass; 0 when the CPU lacks AVX512_BF16 (or the ISA chosen is lower). */
 double qc_probe_bf16dot_gflops(int threads);
 
+/* GFLOP/s of AMX-BF16 `tdpbf16ps` on four tile accumulators (16 x 16 x 32 multiply-adds each)
+ * on `threads` threads: the raw peak of the optimized backend's AMX GEMM, which does three of
+ * them per multiply-add of the model (three bf16 terms per activation), so its limit is a
+ * third of this. One pass; 0 without AMX (or the OS's permission, or the ISA chosen lower). */
+double qc_probe_amx_gflops(int threads);
+
 #ifdef __cplusplus
 }
 #endif

@@ -48,12 +48,13 @@ expect 2 "not key=value" "optimized,bogus: options are key=value" \
     "$QC" --golden "$G" --backend optimized,bogus
 
 if grep -qw avx512_bf16 /proc/cpuinfo; then
-    "$QC" bench --synthetic 0.8b --layers 1 --backend optimized --backend optimized,bf16_dot=1 \
+    # amx=0: the FMA GEMM also where the CPU has AMX (the default there)
+    "$QC" bench --synthetic 0.8b --layers 1 --backend optimized,amx=0 --backend optimized,bf16_dot=1 \
         --threads 1 --prompt 16 --static-prompt 2 --decode 2 --reps 1 --warmup 0 --min-time 0 \
         --markdown "$T/b.md" >"$T/bench.out" 2>&1
     rc=$?
-    n_dot=$(grep -c "^| optimized (AVX-512 + BF16 dot, 1 thread) | BF16 | dynamic prefill" "$T/b.md" 2>/dev/null)
-    n_f32=$(grep -c "^| optimized (AVX-512, 1 thread) | BF16 | dynamic prefill" "$T/b.md" 2>/dev/null)
+    n_dot=$(grep -c "^| optimized (AVX-512 + BF16 dot, 1 thread) | BF16 | dynamic prefill.*BF16 dot peak" "$T/b.md" 2>/dev/null)
+    n_f32=$(grep -c "^| optimized (AVX-512, 1 thread) | BF16 | dynamic prefill.*FMA peak" "$T/b.md" 2>/dev/null)
     if [ "$rc" = 0 ] && [ "$n_dot" -ge 1 ] && [ "$n_f32" -ge 1 ]; then
         echo "ok: bench names the bf16_dot row apart"
     else
@@ -61,5 +62,26 @@ if grep -qw avx512_bf16 /proc/cpuinfo; then
         tail -5 "$T/bench.out"
         fails=$((fails + 1))
     fi
+fi
+
+# AMX: the default where the CPU has it; its row's prefill limit is the AMX probe's third
+if grep -qw amx_bf16 /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo; then
+    "$QC" bench --synthetic 0.8b --layers 1 --backend optimized \
+        --threads 1 --prompt 16 --static-prompt 2 --decode 2 --reps 1 --warmup 0 --min-time 0 \
+        --markdown "$T/a.md" >"$T/bencha.out" 2>&1
+    rc=$?
+    n_amx=$(grep -c "^| optimized (AVX-512 + AMX, 1 thread) | BF16 | dynamic prefill.*AMX peak / 3" "$T/a.md" 2>/dev/null)
+    n_probe=$(grep -c "AMX tile loop (tdpbf16ps" "$T/a.md" 2>/dev/null)
+    if [ "$rc" = 0 ] && [ "$n_amx" -ge 1 ] && [ "$n_probe" -ge 1 ]; then
+        echo "ok: bench names the AMX row and its probe"
+    else
+        echo "FAIL: bench AMX: exit $rc, rows $n_amx probe lines $n_probe"
+        tail -5 "$T/bencha.out"
+        fails=$((fails + 1))
+    fi
+    expect 2 "amx: a bad value" "option amx: '2' is not 0 or 1" \
+        "$QC" --golden "$G" --backend optimized,amx=2
+else
+    expect 2 "no AMX: refused" "has no AMX-BF16" "$QC" --golden "$G" --backend optimized,amx=1
 fi
 [ "$fails" = 0 ] && echo "all passed" || { echo "$fails failed"; exit 1; }
