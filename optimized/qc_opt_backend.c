@@ -657,6 +657,7 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     o->gemm_min = 8;      /* the defaults; set_option changes them between calls */
     o->par_min = 1 << 16;
     o->amx = qc_opt_amx_pick(); /* NULL without AMX (or below the AVX-512 table) */
+    o->amx_q8 = qc_opt_amx_q8_pick();
 
     /* count, allocate, carve, fill: the same layout as qc_optimized_scratch_bytes */
     const int T = o->nthreads;

@@ -112,6 +112,7 @@ typedef struct {
     const qc_opt_bf16dot *amx; /* the AMX GEMM of BF16 weights (hi + lo activations, float32
                                   policy): at create where the CPU has AMX, option amx; bd
                                   comes first */
+    const qc_opt_bf16dot *amx_q8; /* the same for Q8_0 weights (with amx) */
     int max_tokens;          /* largest n */
     int cmax;                /* DeltaNet chunk scratch capacity (tokens) */
     int kp_max;              /* largest padded GEMM input dim */

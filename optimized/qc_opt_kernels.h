@@ -34,7 +34,8 @@
 /* k is padded to a multiple of this in packed GEMM panels and token strips */
 #define QC_OPT_KB 16
 /* the largest gemm_mr / gemm_nr of any ISA (scratch sizing) */
-#define QC_OPT_MR_MAX 16 /* 16: the AMX panel, 32 rows of bf16 pairs (qc_opt_kernels_amx.c) */
+#define QC_OPT_MR_MAX 17 /* 17: the AMX Q8_0 panel, 32 rows of bf16 pairs + 32 scales a 32-k
+                            step (qc_opt_kernels_amx.c) */
 #define QC_OPT_NR_MAX 32
 
 typedef struct qc_opt_kernels {
@@ -118,10 +119,11 @@ const qc_opt_kernels *qc_opt_kernels_by_name(const char *name);
  *  - the AMX GEMM (qc_opt_kernels_amx.c: tdpbf16ps) by default where the CPU has AMX: each
  *    activation split into two bf16, hi + lo (x_terms 2), within the float32 policy.
  * Both thread invariant. Panels and strips hold uint32 bf16 pairs, the lower half the even k;
- * a panel takes at most 16 x Kp uint32, a strip nr x Kp / 2 x x_terms (Kp a multiple of
- * kstep). */
+ * a panel takes at most QC_OPT_MR_MAX x Kp uint32, a strip nr x Kp / 2 x x_terms (Kp a
+ * multiple of kstep). */
 typedef struct qc_opt_bf16dot {
     const char *name; /* "BF16 dot", "AMX" (describe text, bench limit name) */
+    qc_dtype wdtype;  /* the weights it multiplies: QC_BF16, QC_Q8_0 (AMX) */
     int mr, nr;       /* rows per panel / tokens per strip */
     int kstep;        /* Kp must be a multiple of it (else the table's GEMM runs) */
     int x_terms;      /* bf16 terms per activation in a strip: 1 rounded, 2 hi + lo */
@@ -145,8 +147,10 @@ int qc_opt_cpu_has_bf16dot(void);
 const qc_opt_bf16dot *qc_opt_bf16dot_pick(void);
 /* Does this CPU have AMX-BF16 with the OS's permission (asked once, Linux)? */
 int qc_opt_cpu_has_amx(void);
-/* The AMX table when the CPU has it and the picked ISA is AVX-512, else NULL. */
+/* The AMX table when the CPU has it and the picked ISA is AVX-512, else NULL: BF16 weights;
+ * _q8: Q8_0 weights. */
 const qc_opt_bf16dot *qc_opt_amx_pick(void);
+const qc_opt_bf16dot *qc_opt_amx_q8_pick(void);
 /* fp32 -> bf16, round to nearest even (NaN stays NaN): the rounding of pack_x */
 uint16_t qc_opt_bf16_rne(float f);
 

@@ -24,6 +24,11 @@
  * Micro tile: 32 tokens x 32 rows = four C tiles [16 tokens][16 rows] (stored straight into y
  * when whole); per k step two B and four A tile loads, eight tdpbf16ps of 16 x 16 x 32.
  *
+ * Q8_0 weights (amx_q8): a k step is one block; its int8 values are exact in bf16, so the
+ * tiles give each block's dot product of the three terms, which is scaled by the row's d and
+ * added to an fp32 accumulator in block order (the reference multiplies d q per element, then
+ * sums: the same sum in another order). Its panel adds the 32 rows' d of each block.
+ *
  * AMX needs the process's permission (Linux arch_prctl ARCH_REQ_XCOMP_PERM, asked once by
  * qc_opt_amx_pick) and a tile configuration in every thread that uses the tiles: begin() loads
  * it, end() releases the tiles (tile_item in qc_opt_linear.c brackets its strips with them).
@@ -39,7 +44,7 @@
 
 #include "qc_opt_kernels.h"
 
-#define TAMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#define TAMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c,amx-tile,amx-bf16")))
 #define MR 32
 #define NR 32
 #define KSTEP 32                      /* k per tile step */
@@ -198,6 +203,76 @@ TAMX static void amx_gemm_tile(const uint32_t *panel, const uint32_t *strip, int
     for (int t = 0; t < nt; t++) memcpy(y + (long)t * ldy, tmp[t], (size_t)mr * sizeof(float));
 }
 
+/* ---- Q8_0 weights ---- */
+
+/* Q8_0 panel [Kp/32][2][16][16] + [32] per k step (= one block): the block's int8 values as
+ * bf16 (exact) in the B tiles' layout, then the 32 rows' scales d as fp32 (0 past mr) */
+#define PANEL_STEP_Q8 (PANEL_STEP + MR)
+
+TAMX static void amx_pack_w_q8(uint32_t *panel, const void *W, int K, int mr) {
+    const unsigned char *w = W;
+    const size_t rb = (size_t)K / 32 * QC_Q8_0_BLOCK_BYTES; /* bytes per row */
+    for (int b = 0; b < K / 32; b++) {
+        uint32_t *dst = panel + (size_t)b * PANEL_STEP_Q8;
+        float *d = (float *)(void *)(dst + PANEL_STEP);
+        for (int h = 0; h < 2; h++) {
+            __m512i r[16];
+            for (int n = 0; n < 16; n++) {
+                const int row = 16 * h + n;
+                if (row >= mr) {
+                    r[n] = _mm512_setzero_si512();
+                    d[row] = 0.0f;
+                    continue;
+                }
+                const unsigned char *blk = w + (size_t)row * rb + (size_t)b * QC_Q8_0_BLOCK_BYTES;
+                uint16_t hd;
+                memcpy(&hd, blk, 2);
+                d[row] = _cvtsh_ss(hd);
+                const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(blk + 2))));
+                const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(blk + 18))));
+                r[n] = (__m512i)_mm512_cvtne2ps_pbh(q1, q0); /* |q| <= 128: exact */
+            }
+            tr16(r);
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512((void *)(dst + h * 256 + p * 16), r[p]);
+        }
+    }
+}
+
+/* y[t*ldy + r] = sum over the blocks b of d[r][b] * (q[r][b] . (hi + mid + lo)[b][t]): each
+ * block's dot products in the tiles, scaled by the rows' d and added in fp32 in block order */
+TAMX static void amx_gemm_tile_q8(const uint32_t *panel, const uint32_t *strip, int Kp, float *y,
+                                  long ldy, int mr, int nt) {
+    float acc[NR][MR] __attribute__((aligned(64)));
+    float part[NR][MR] __attribute__((aligned(64)));
+    memset(acc, 0, sizeof acc);
+    for (int s = 0; s < Kp / KSTEP; s++) {
+        const uint32_t *ws = panel + (size_t)s * PANEL_STEP_Q8, *xs = strip + (size_t)s * STRIP_STEP;
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        _tile_loadd(6, ws, 64);
+        _tile_loadd(7, ws + 256, 64);
+        for (int term = 0; term < 3; term++) {
+            _tile_loadd(4, xs + 512 * term, 64);
+            _tile_loadd(5, xs + 512 * term + 256, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, &part[0][0], MR * 4);
+        _tile_stored(1, &part[0][16], MR * 4);
+        _tile_stored(2, &part[16][0], MR * 4);
+        _tile_stored(3, &part[16][16], MR * 4);
+        const float *d = (const float *)(const void *)(ws + PANEL_STEP);
+        const __m512 d0 = _mm512_loadu_ps(d), d1 = _mm512_loadu_ps(d + 16);
+        for (int t = 0; t < NR; t++) {
+            _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_load_ps(part[t]), d0, _mm512_load_ps(acc[t])));
+            _mm512_store_ps(acc[t] + 16,
+                            _mm512_fmadd_ps(_mm512_load_ps(part[t] + 16), d1, _mm512_load_ps(acc[t] + 16)));
+        }
+    }
+    for (int t = 0; t < nt; t++) memcpy(y + (long)t * ldy, acc[t], (size_t)mr * sizeof(float));
+}
+
 /* the probe: iters x (8 tdpbf16ps on four accumulators, operands in tiles), burn_flops an iter */
 TAMX static float amx_dot_burn(long iters, float seed) {
     uint32_t a[256] __attribute__((aligned(64)));
@@ -225,6 +300,7 @@ TAMX static float amx_dot_burn(long iters, float seed) {
 
 static const qc_opt_bf16dot amx = {
     .name = "AMX",
+    .wdtype = QC_BF16,
     .mr = MR,
     .nr = NR,
     .kstep = KSTEP,
@@ -232,6 +308,22 @@ static const qc_opt_bf16dot amx = {
     .pack_w = amx_pack_w,
     .pack_x = amx_pack_x,
     .gemm_tile = amx_gemm_tile,
+    .begin = amx_begin,
+    .end = amx_end,
+    .dot_burn = amx_dot_burn,
+    .burn_flops = 8.0 * 16 * 16 * 32 * 2,
+};
+
+static const qc_opt_bf16dot amx_q8 = {
+    .name = "AMX",
+    .wdtype = QC_Q8_0,
+    .mr = MR,
+    .nr = NR,
+    .kstep = KSTEP,
+    .x_terms = 3,
+    .pack_w = amx_pack_w_q8,
+    .pack_x = amx_pack_x,
+    .gemm_tile = amx_gemm_tile_q8,
     .begin = amx_begin,
     .end = amx_end,
     .dot_burn = amx_dot_burn,
@@ -265,4 +357,8 @@ int qc_opt_cpu_has_amx(void) {
 const qc_opt_bf16dot *qc_opt_amx_pick(void) {
     const qc_opt_kernels *k = qc_opt_kernels_pick(); /* QC_ISA lower than AVX-512: none */
     return qc_opt_cpu_has_amx() && !strcmp(k->isa, "AVX-512") ? &amx : NULL;
+}
+
+const qc_opt_bf16dot *qc_opt_amx_q8_pick(void) {
+    return qc_opt_amx_pick() ? &amx_q8 : NULL;
 }

@@ -144,6 +144,7 @@ TBF static float bd_dot_burn(long iters, float seed) {
 
 static const qc_opt_bf16dot bf16dot = {
     .name = "BF16 dot",
+    .wdtype = QC_BF16,
     .mr = MR,
     .nr = NR,
     .kstep = QC_OPT_KB,

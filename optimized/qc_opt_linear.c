@@ -3,9 +3,10 @@
  * matrix-vector kernels split by output rows (bandwidth bound, decode); else a packed GEMM: the
  * tokens packed once into strips [Kp, NR], the output rows split into panels of MR rows across
  * threads, each thread widening its panel into fp32 once per token block and running the
- * MR x NR micro tile over the block's strips. With the option bf16_dot on and every output
- * BF16, the GEMM is the BF16 dot one (qc_opt_kernels_bf16dot.c): strips of rounded bf16 pairs,
- * panels copied without widening. A bottom file of the backend: the forward pass,
+ * MR x NR micro tile over the block's strips. Every output BF16 with the option bf16_dot on:
+ * the BF16 dot GEMM (qc_opt_kernels_bf16dot.c: strips of rounded bf16 pairs, panels copied
+ * without widening); else every output BF16 or every output Q8_0 where the CPU has AMX: the
+ * AMX GEMM (qc_opt_kernels_amx.c: strips of three bf16 terms, panels of bf16 pairs). A bottom file of the backend: the forward pass,
  * DeltaNet and the MoE block call it; it calls only the kernels and the pool.
  */
 #include "qc_opt_internal.h"
@@ -58,12 +59,12 @@ static void pack_item(void *ctx, long s, int tid) {
                     j->K, cnt);
 }
 
-/* uint32 of one token strip of the BF16 weight GEMM j->bd */
+/* uint32 of one token strip of the bf16-pair GEMM j->bd */
 static size_t bd_strip_words(const lin_job *j) {
     return (size_t)(j->Kp / 2) * (size_t)j->bd->nr * (size_t)j->bd->x_terms;
 }
 
-/* the same over the BF16 weight GEMM (j->bd): strips of bf16 pairs */
+/* the same over the bf16-pair GEMM (j->bd) */
 static void pack_item_bd(void *ctx, long s, int tid) {
     const lin_job *j = ctx;
     (void)tid;
@@ -94,7 +95,8 @@ static void tile_item(void *ctx, long it, int tid) {
         if (bd) {
             uint32_t *pb = (uint32_t *)(void *)panel;
             const uint32_t *xs = (const uint32_t *)(const void *)j->o->xpack;
-            bd->pack_w(pb, (const char *)w->data + (size_t)row0 * 2 * (size_t)j->K, j->K, mr);
+            bd->pack_w(pb, (const char *)w->data + (size_t)row0 * qc_dtype_row_bytes(w->dtype, j->K),
+                       j->K, mr);
             for (int s = sb; s < se; s++) {
                 const int t0 = s * NR, cnt = j->n - t0 < NR ? j->n - t0 : NR;
                 bd->gemm_tile(pb, xs + (size_t)s * bd_strip_words(j), j->Kp,
@@ -132,13 +134,16 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
         qc_opt_run(o, nitems, par, mv_item, &j);
         return;
     }
-    /* packed GEMM: the BF16 weight one (bf16_dot, else AMX) when every output is BF16 and Kp
-     * a multiple of its k step, else the table's */
+    /* packed GEMM: bf16_dot, AMX (BF16), AMX (Q8_0): the first whose weight type every output
+     * has and whose k step divides Kp; else the table's */
     j.Kp = qc_opt_kpad(K);
-    j.bd = o->bd ? o->bd : o->amx;
-    for (int i = 0; i < nouts && j.bd; i++)
-        if (outs[i].w->dtype != QC_BF16) j.bd = NULL;
-    if (j.bd && j.Kp % j.bd->kstep) j.bd = NULL;
+    const qc_opt_bf16dot *cand[3] = {o->bd, o->amx, o->amx_q8}; /* the first that fits */
+    for (int c = 0; c < 3 && !j.bd; c++) {
+        j.bd = cand[c];
+        for (int i = 0; i < nouts && j.bd; i++)
+            if (outs[i].w->dtype != j.bd->wdtype) j.bd = NULL;
+        if (j.bd && j.Kp % j.bd->kstep) j.bd = NULL;
+    }
     const int MR = j.bd ? j.bd->mr : kt->gemm_mr, NR = j.bd ? j.bd->nr : kt->gemm_nr;
     j.mr = MR;
     j.nr = NR;

@@ -95,6 +95,7 @@ qc_status qc_opt_set_option(qc_backend *be, const char *key, const char *value, 
             return qc_errf(err, QC_ERR_UNSUPPORTED, "optimized: option amx: this CPU (or the "
                            "ISA chosen, %s, or the OS) has no AMX-BF16", o->k->isa);
         o->amx = amx;
+        o->amx_q8 = amx ? qc_opt_amx_q8_pick() : NULL;
         qc_opt_describe_set(be);
         return QC_OK;
     }

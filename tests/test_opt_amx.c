@@ -156,11 +156,100 @@ START_TEST(gemm_matches_naive_and_tiling) {
 }
 END_TEST
 
+/* Q8_0 weights: the panel holds each block's int8 values as bf16 and the rows' scales; every
+ * element is the double sum over blocks of d * (q . (hi + mid + lo)) within fp32 rounding, and
+ * within fp32 accuracy of the reference's sum of (d q) x */
+enum { QROWS = 37, QK = 96, QNT = 33 };
+
+START_TEST(q8_matches_naive) {
+    const qc_opt_bf16dot *a = qc_opt_amx_q8_pick();
+    if (!qc_opt_cpu_has_amx()) {
+        ck_assert_ptr_null(a);
+        return;
+    }
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(a->wdtype, QC_Q8_0);
+    const int MR = a->mr, NR = a->nr, nb = QK / 32;
+    const size_t rb = (size_t)nb * QC_Q8_0_BLOCK_BYTES;
+    const size_t strip_words = (size_t)QK / 2 * NR * a->x_terms;
+    unsigned char *w = malloc((size_t)QROWS * rb);
+    float *wf = malloc((size_t)QROWS * QK * 4); /* d * q, as the reference widens them */
+    for (int r = 0; r < QROWS; r++)
+        for (int b = 0; b < nb; b++) {
+            unsigned char *blk = w + (size_t)r * rb + (size_t)b * QC_Q8_0_BLOCK_BYTES;
+            const float d = (0.5f + 0.5f * frand()) / 64.0f;
+            const uint16_t hd = qc_f32_to_f16(d);
+            memcpy(blk, &hd, 2);
+            for (int i = 0; i < 32; i++) {
+                const int q = (int)lrintf(frand() * 127.0f);
+                blk[2 + i] = (unsigned char)(signed char)q;
+                wf[(size_t)r * QK + 32 * b + i] = qc_f16_to_f32(hd) * (float)q;
+            }
+        }
+    float *x = malloc((size_t)QNT * QK * 4);
+    for (int i = 0; i < QNT * QK; i++) x[i] = frand() * 2.0f;
+    const int ns = (QNT + NR - 1) / NR;
+    uint32_t *strip = aligned_alloc(64, (size_t)ns * strip_words * 4);
+    uint32_t *panel = aligned_alloc(64, (size_t)QK * QC_OPT_MR_MAX * 4);
+    float *y = malloc((size_t)QNT * QROWS * 4);
+    for (int s = 0; s < ns; s++) {
+        const int cnt = QNT - s * NR < NR ? QNT - s * NR : NR;
+        a->pack_x(strip + (size_t)s * strip_words, x + (size_t)s * NR * QK, QK, QK, cnt);
+    }
+    for (int r0 = 0; r0 < QROWS; r0 += MR) {
+        const int mr = QROWS - r0 < MR ? QROWS - r0 : MR;
+        a->pack_w(panel, w + (size_t)r0 * rb, QK, mr);
+        for (int b = 0; b < nb; b++) /* the scales after the block's two B tiles */
+            for (int r = 0; r < MR; r++) {
+                const float *d = (const float *)(const void *)(panel + (size_t)b * 544 + 512);
+                uint16_t hd = 0;
+                if (r < mr) memcpy(&hd, w + (size_t)(r0 + r) * rb + (size_t)b * QC_Q8_0_BLOCK_BYTES, 2);
+                ck_assert_msg(d[r] == (r < mr ? qc_f16_to_f32(hd) : 0.0f), "scale r%d b%d", r, b);
+            }
+        a->begin();
+        for (int s = 0; s < ns; s++) {
+            const int cnt = QNT - s * NR < NR ? QNT - s * NR : NR;
+            a->gemm_tile(panel, strip + (size_t)s * strip_words, QK, y + (size_t)s * NR * QROWS + r0,
+                         QROWS, mr, cnt);
+        }
+        a->end();
+    }
+    for (int t = 0; t < QNT; t++)
+        for (int r = 0; r < QROWS; r++) {
+            double ref = 0, exact = 0, mag = 0;
+            for (int b = 0; b < nb; b++) {
+                const unsigned char *blk = w + (size_t)r * rb + (size_t)b * QC_Q8_0_BLOCK_BYTES;
+                uint16_t hd;
+                memcpy(&hd, blk, 2);
+                double part = 0;
+                for (int i = 0; i < 32; i++) {
+                    uint16_t tt[3];
+                    split3(x[(size_t)t * QK + 32 * b + i], tt);
+                    const double q = (double)(signed char)blk[2 + i];
+                    part += q * bf16_f(tt[0]) + q * bf16_f(tt[1]) + q * bf16_f(tt[2]);
+                }
+                ref += (double)qc_f16_to_f32(hd) * part;
+            }
+            for (int k = 0; k < QK; k++) {
+                exact += (double)wf[(size_t)r * QK + k] * x[(size_t)t * QK + k];
+                mag += fabs((double)wf[(size_t)r * QK + k] * x[(size_t)t * QK + k]);
+            }
+            const double got = y[(size_t)t * QROWS + r];
+            ck_assert_msg(fabs(got - ref) <= 1e-6 * mag + 1e-30, "q8 y[%d,%d] = %.9g, want %.9g", t, r,
+                          got, ref);
+            ck_assert_msg(fabs(got - exact) <= 1e-6 * mag, "q8 y[%d,%d] = %.9g, fp64 %.9g", t, r, got,
+                          exact);
+        }
+    free(w); free(wf); free(x); free(strip); free(panel); free(y);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("opt_amx");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, amx_refused_or_picked);
     tcase_add_test(tc, gemm_matches_naive_and_tiling);
+    tcase_add_test(tc, q8_matches_naive);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

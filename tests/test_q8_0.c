@@ -265,8 +265,9 @@ static qc_model *dequant_copy(const qc_model *m, float **bufs, int *nb) {
     return c;
 }
 
-/* logits [(n + S), V] of a prefill of n tokens then S decode steps; the optimized backend with
- * par_min 0 (qc_opt_options.c: every step on the threads, however tiny the model) */
+/* logits [(n + S), V] of a prefill of n tokens then S decode steps; opt 0: the reference, 1: the
+ * optimized backend's FMA kernels (amx=0), 2: its defaults (the AMX GEMM where the CPU has it);
+ * optimized with par_min 0 (qc_opt_options.c: every step on the threads, however tiny) */
 static float *run(const qc_model *m, int opt, int threads, const int32_t *toks, int n, int S) {
     const int V = m->cfg.vocab_size;
     qc_backend_opts bo;
@@ -278,6 +279,7 @@ static float *run(const qc_model *m, int opt, int threads, const int32_t *toks, 
     qc_status s = opt ? qc_optimized_create(m, &bo, &be, &e) : qc_reference_create(m, &bo, &be, &e);
     ck_assert_msg(s == QC_OK, "create: %s", e.msg);
     if (opt) ck_assert_msg(qc_backend_set_option(be, "par_min", "0", &e) == QC_OK, "%s", e.msg);
+    if (opt == 1) ck_assert_msg(qc_backend_set_option(be, "amx", "0", &e) == QC_OK, "%s", e.msg);
     qc_state *st = NULL;
     ck_assert_int_eq(qc_state_create(&m->cfg, n + S, &st, &e), QC_OK);
     ck_assert_int_eq(qc_backend_reset(be, st, &e), QC_OK);
@@ -321,21 +323,27 @@ START_TEST(backends_on_q8_0) {
     const size_t cnt = (size_t)(n + S) * V;
     float *rq = run(m, 0, 1, toks, n, S), *rf = run(f, 0, 1, toks, n, S);
     ck_assert_msg(!memcmp(rq, rf, cnt * 4), "reference: Q8_0 != F32 dequantized");
-    float *o[3];
-    for (int t = 0; t < 3; t++) o[t] = run(m, 1, t + 1, toks, n, S);
+    /* the FMA kernels widen d * q exactly: bit for bit the dequantized model's run */
+    float *o[6];
+    for (int t = 0; t < 6; t++) o[t] = run(m, t < 3 ? 1 : 2, t % 3 + 1, toks, n, S);
     float *of = run(f, 1, 1, toks, n, S);
     ck_assert_msg(!memcmp(o[0], of, cnt * 4), "optimized: Q8_0 != F32 dequantized");
-    for (int t = 1; t < 3; t++)
-        ck_assert_msg(!memcmp(o[0], o[t], cnt * 4), "optimized: 1 vs %d threads differ", t + 1);
-    double md = 0, mx = 0;
-    for (size_t i = 0; i < cnt; i++) {
-        md = fmax(md, fabs((double)o[0][i] - rq[i]));
-        mx = fmax(mx, fabs((double)rq[i]));
+    for (int t = 1; t < 6; t++)
+        if (t != 3)
+            ck_assert_msg(!memcmp(o[t < 3 ? 0 : 3], o[t], cnt * 4), "optimized (%s): 1 vs %d threads differ",
+                          t < 3 ? "amx=0" : "default", t % 3 + 1);
+    /* both (the default: the AMX GEMM's per-block sums, where the CPU has AMX) near the reference */
+    for (int v = 0; v < 2; v++) {
+        double md = 0, mx = 0;
+        for (size_t i = 0; i < cnt; i++) {
+            md = fmax(md, fabs((double)o[3 * v][i] - rq[i]));
+            mx = fmax(mx, fabs((double)rq[i]));
+        }
+        fprintf(stderr, "q8_0 model %d: optimized (%s) vs reference max |diff| %.3g (max |logit| %.3g)\n",
+                _i, v ? "default" : "amx=0", md, mx);
+        ck_assert_msg(md <= 1e-4 * (1 + mx), "optimized vs reference: %.3g", md);
     }
-    fprintf(stderr, "q8_0 model %d: optimized vs reference max |diff| %.3g (max |logit| %.3g)\n",
-            _i, md, mx);
-    ck_assert_msg(md <= 1e-4 * (1 + mx), "optimized vs reference: %.3g", md);
-    for (int t = 0; t < 3; t++) free(o[t]);
+    for (int t = 0; t < 6; t++) free(o[t]);
     free(of), free(rq), free(rf);
     for (int i = 0; i < nb; i++) free(bufs[i]);
     free(f->layers), free(f);

@@ -243,10 +243,12 @@ void bench_finish(bench_report *R, const bench_opts *o);
 static inline int bench_uses_bf16_dot(const bench_report *R, int b) {
     return b >= 0 && b < R->n_be && R->be[b].bf16_dot;
 }
-/* Backend b runs the AMX GEMM on this run's BF16 weights (R->be[b].amx, its own report): its
- * dynamic prefill limit is the AMX probe's / 3 (three tdpbf16ps terms per multiply-add). */
+/* Backend b runs the AMX GEMM on this run's BF16 or Q8_0 weights (R->be[b].amx, its own
+ * report): its dynamic prefill limit is the AMX probe's / 3 (three tdpbf16ps terms per
+ * multiply-add). */
 static inline int bench_uses_amx(const bench_report *R, int b) {
-    return b >= 0 && b < R->n_be && R->be[b].amx && !R->be[b].bf16_dot && R->dtype == QC_BF16;
+    return b >= 0 && b < R->n_be && R->be[b].amx && !R->be[b].bf16_dot &&
+           (R->dtype == QC_BF16 || R->dtype == QC_Q8_0);
 }
 /* The name of a figure's limit: "bandwidth", "FMA peak", "BF16 dot peak" or "AMX peak / 3". */
 const char *bench_limit_name(const bench_report *R, const bench_fig *f);

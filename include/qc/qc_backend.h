@@ -127,7 +127,7 @@ qc_call qc_backend_call_defaults(const qc_backend_opts *o);
                                            to bf16 and multiplies with a BF16 dot instruction
                                            (the optimized backend's bf16_dot=1): its prefill
                                            limit is the BF16 dot peak, not the FP32 FMA peak */
-#define QC_BE_KERNEL_AMX      (1u << 1) /* the packed GEMM of BF16 weights runs on AMX tiles,
+#define QC_BE_KERNEL_AMX      (1u << 1) /* the packed GEMM of BF16 and Q8_0 weights runs on AMX tiles,
                                            three bf16 terms per activation (the optimized
                                            backend's default where the CPU has AMX, amx=0 off):
                                            its prefill limit is the AMX peak / 3 */
