@@ -372,6 +372,32 @@ START_TEST(amx_default_thread_invariant_and_float32_close) {
 }
 END_TEST
 
+/* A call runs with FTZ/DAZ (qc_opt_backend.c run_call) and gives the caller's floating-point
+ * mode back: MXCSR after a prefill and decode steps, serial and on threads, is what it was */
+START_TEST(fp_mode_restored) {
+#if defined(__x86_64__) || defined(__i386__)
+    qc_model *m = tiny_model(0, QC_F32);
+    int32_t toks[16];
+    make_tokens(toks, 12, m->cfg.vocab_size, 5);
+    const unsigned saved = __builtin_ia32_stmxcsr();
+    const unsigned modes[2] = {0x1F80u, 0x1F80u | 0x8040u}; /* the default; FTZ + DAZ on */
+    for (int mi = 0; mi < 2; mi++)
+        for (int t = 1; t <= 2; t++) {
+            __builtin_ia32_ldmxcsr(modes[mi]);
+            run_cfg rc = {"optimized", QC_MODE_DYNAMIC, 10, QC_DN_CHUNKED, 4, t, t == 2 ? PAR0 : NULL};
+            run_out r;
+            run_seq(m, &rc, toks, 10, 2, &r);
+            const unsigned now = __builtin_ia32_stmxcsr() & ~0x3Fu; /* less the sticky flags */
+            __builtin_ia32_ldmxcsr(saved);
+            ck_assert_msg(now == (modes[mi] & ~0x3Fu), "MXCSR %#x after the run, %#x before", now,
+                          modes[mi]);
+            run_free(&r);
+        }
+    qc_model_free(m);
+#endif
+}
+END_TEST
+
 /* bf16_dot: refused where the CPU lacks AVX512_BF16 and for a value not 0 / 1; on, the BF16
  * GEMM path is still bit-identical for 1, 2, 3 threads, differs from the float32 path (the
  * activations are rounded) and stays close to it */
@@ -683,6 +709,7 @@ Suite *opt_backend_suite(void) {
     tcase_add_test(ti, bf16_dot_thread_invariant_and_close);
     tcase_add_test(ti, amx_default_thread_invariant_and_float32_close);
     tcase_add_test(ti, last_logits_equal_last_row);
+    tcase_add_test(ti, fp_mode_restored);
     suite_add_tcase(s, ti);
     return s;
 }

@@ -35,6 +35,8 @@ const char bench_usage[] =
     "  --warmup W               unmeasured warm-up passes per thread count (default 1)\n"
     "  --min-time S             seconds measured per figure at least: more repetitions, up to\n"
     "                           64 (default 0.2)\n"
+    "  --adapter-timeout S      seconds an exec / isolate / llamacpp runtime may take per\n"
+    "                           request (default 60; a long prompt on a slow runtime needs more)\n"
     "  --backends LIST          comma list of built-in backends (default optimized,reference)\n"
     "  --backend SPEC[,SPEC...] add backends (repeatable; replaces the default list):\n"
     "                           reference, optimized, optimized,k=v[,k=v...] (its own\n"
@@ -203,6 +205,9 @@ static qc_status one_option(qc_argp *a, bench_opts *o, const char **backends, qc
     else if (qc_argp_is(a, "--warmup")) s = qc_argp_int(a, 0, 100, &o->warmup, err);
     else if (qc_argp_is(a, "--min-time")) {
         if (!(s = qc_argp_value(a, &v, err))) s = parse_double(v, "--min-time", 0, 3600, &o->min_time, err);
+    } else if (qc_argp_is(a, "--adapter-timeout")) {
+        if (!(s = qc_argp_value(a, &v, err)))
+            s = parse_double(v, "--adapter-timeout", 1, 86400, &o->adapter_timeout, err);
     } else if (qc_argp_is(a, "--backends")) s = qc_argp_value(a, backends, err);
     else if (qc_argp_is(a, "--backend")) {
         if (!(s = qc_argp_value(a, &v, err))) s = add_backends(o, v, err);

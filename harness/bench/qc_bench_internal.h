@@ -69,6 +69,7 @@ typedef struct {
     int reps;                /* repetitions (at least) */
     int warmup;              /* unmeasured warm-up passes per thread count */
     double min_time;         /* seconds measured per figure at least (more reps up to MAX_REPS) */
+    double adapter_timeout;  /* seconds per request of an exec-hosted runtime (0: the default 60) */
     char backends[MAX_BACKENDS][2100]; /* backend specs (registry names: qc_registry.h) */
     int n_backends;
     int n_external;          /* how many are runtimes under test (plugin / exec) */

@@ -324,7 +324,7 @@ static int open_backends(const bench_opts *o, qc_model *m, bench_report *R, benc
             if (ti >= 0 && ti < MAX_LIST) snprintf(bb->tdesc[ti], sizeof bb->tdesc[ti], "%s", bb->desc);
             continue;
         }
-        if ((s = qc_registry_parse(o->backends[b], 0, &rs, err)) ||
+        if ((s = qc_registry_parse(o->backends[b], o->adapter_timeout, &rs, err)) ||
             (s = qc_registry_create(&rs, o->model_dir, m, &bo, &run->bes[b], err)) ||
             (s = qc_state_create(c, bb->isref ? o->ref_prompt + o->ref_decode : ctx, &run->sts[b], err))) {
             close_backends(R, run);

@@ -181,6 +181,18 @@ rc=$?
 "$QC" bench --synthetic 0.8b --backend "plugin:$TMP/none.so" >"$TMP/stdout" 2>"$TMP/stderr"
 rc=$?
 [ $rc = 2 ] && grep -q "none.so: plugin file does not exist" "$TMP/stderr" && ok "a missing plugin exits 2 before any work" || bad "missing plugin: exit $rc"
+# --adapter-timeout reaches the hosted runtime: one that never answers is given up after 1 s
+# (not the default 60), a bad value exits 2
+t0=$SECONDS
+timeout 30 "$QC" bench --model "$MODEL" --backend "exec:sleep 25" --adapter-timeout 1 --reps 1 \
+  --warmup 0 --min-time 0 >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q "timed out after 1 s" "$TMP/stderr" && [ $((SECONDS - t0)) -lt 20 ] \
+  && ok "--adapter-timeout 1: a silent runtime is given up after 1 s (exit 2)" \
+  || bad "--adapter-timeout 1: exit $rc after $((SECONDS - t0)) s: $(tail -2 "$TMP/stderr")"
+"$QC" bench --model "$MODEL" --adapter-timeout 0 >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+[ $rc = 2 ] && grep -q "adapter-timeout" "$TMP/stderr" && ok "--adapter-timeout 0 exits 2" || bad "--adapter-timeout 0: exit $rc"
 
 echo "# $pass passed, $fail failed"
 [ $fail = 0 ]
