@@ -493,9 +493,11 @@ static int imax(int a, int b) { return a > b ? a : b; }
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
 /* What create derives from the config and the options before any allocation: the kernel
- * table (its GEMM tile), threads, capacities. */
+ * tables (the GEMM tile; the AMX GEMM, which sizes the token strips), threads, capacities. */
 static void opt_geometry(qc_opt *o, const qc_config *c, const qc_backend_opts *op) {
     o->k = qc_opt_kernels_pick();
+    o->amx = qc_opt_amx_pick(); /* NULL without AMX (or below the AVX-512 table) */
+    o->amx_q8 = qc_opt_amx_q8_pick();
     o->nthreads = op->n_threads > 0 ? op->n_threads : omp_get_max_threads();
     if (o->nthreads < 1) o->nthreads = 1;
     o->max_tokens = op->max_tokens;
@@ -533,7 +535,7 @@ static void opt_layout(qc_opt *o, const qc_config *c, opt_arena *a) {
     o->rope = take(a, N, rd);
     o->est = take(a, Kc, C);
     /* token strips: Kp x NR floats, or the AMX GEMM's 3 bf16 terms of each, Kp x NR x 3 / 2 */
-    o->xpack = take(a, (N + NR - 1) / NR, Kp * NR * (qc_opt_amx_pick() ? 3 : 2) / 2);
+    o->xpack = take(a, (N + NR - 1) / NR, Kp * NR * (o->amx ? 3 : 2) / 2);
     o->inv_freq = take(a, 1, (size_t)(c->rotary_dim / 2 + 1));
     if (qc_cfg_is_moe(c)) { /* the MoE block's scratch (qc_opt_moe.c) */
         float *moe = take(a, 1, qc_opt_moe_floats(c, o->max_tokens));
@@ -656,8 +658,6 @@ qc_status qc_optimized_create(const qc_model *m, const qc_backend_opts *opts, qc
     opt_geometry(o, c, &op);
     o->gemm_min = 8;      /* the defaults; set_option changes them between calls */
     o->par_min = 1 << 16;
-    o->amx = qc_opt_amx_pick(); /* NULL without AMX (or below the AVX-512 table) */
-    o->amx_q8 = qc_opt_amx_q8_pick();
 
     /* count, allocate, carve, fill: the same layout as qc_optimized_scratch_bytes */
     const int T = o->nthreads;

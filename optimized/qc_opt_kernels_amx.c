@@ -298,37 +298,17 @@ TAMX static float amx_dot_burn(long iters, float seed) {
     return acc;
 }
 
-static const qc_opt_bf16dot amx = {
-    .name = "AMX",
-    .wdtype = QC_BF16,
-    .mr = MR,
-    .nr = NR,
-    .kstep = KSTEP,
-    .x_terms = 3,
-    .pack_w = amx_pack_w,
-    .pack_x = amx_pack_x,
-    .gemm_tile = amx_gemm_tile,
-    .begin = amx_begin,
-    .end = amx_end,
-    .dot_burn = amx_dot_burn,
-    .burn_flops = 8.0 * 16 * 16 * 32 * 2,
-};
-
-static const qc_opt_bf16dot amx_q8 = {
-    .name = "AMX",
-    .wdtype = QC_Q8_0,
-    .mr = MR,
-    .nr = NR,
-    .kstep = KSTEP,
-    .x_terms = 3,
-    .pack_w = amx_pack_w_q8,
-    .pack_x = amx_pack_x,
-    .gemm_tile = amx_gemm_tile_q8,
-    .begin = amx_begin,
-    .end = amx_end,
-    .dot_burn = amx_dot_burn,
-    .burn_flops = 8.0 * 16 * 16 * 32 * 2,
-};
+/* The two tables differ in the weight type and its packing / tile only: one strip format (3
+ * bf16 terms per activation), one tile configuration, one probe. */
+#define AMX_TABLE(wdt, packw, tile)                                                            \
+    {                                                                                          \
+        .name = "AMX", .wdtype = (wdt), .mr = MR, .nr = NR, .kstep = KSTEP, .x_terms = 3,      \
+        .pack_w = (packw), .pack_x = amx_pack_x, .gemm_tile = (tile), .begin = amx_begin,      \
+        .end = amx_end, .dot_burn = amx_dot_burn, .burn_flops = 8.0 * 16 * 16 * 32 * 2,        \
+    }
+static const qc_opt_bf16dot amx = AMX_TABLE(QC_BF16, amx_pack_w, amx_gemm_tile);
+static const qc_opt_bf16dot amx_q8 = AMX_TABLE(QC_Q8_0, amx_pack_w_q8, amx_gemm_tile_q8);
+#undef AMX_TABLE
 
 /* ---- availability ---- */
 

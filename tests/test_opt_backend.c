@@ -309,6 +309,36 @@ START_TEST(bit_identical_for_1_2_3_threads) {
 }
 END_TEST
 
+/* The shared body of the kernel-variant tests: the 43-token sequence of model m on 1, 2, 3
+ * threads with `variant` (bit-identical required) and once on 1 thread with `base`; the variant
+ * must change something and stay within `nmse_max` of the base (the NMSE of the logits). */
+static void variant_thread_invariant_and_close(const qc_model *m, const char *const *variant,
+                                               const char *const *base, unsigned seed,
+                                               double nmse_max, const char *what) {
+    int32_t toks[64];
+    make_tokens(toks, 43, m->cfg.vocab_size, seed);
+    const int V = m->cfg.vocab_size, n = 43;
+    run_out r[4];
+    for (int t = 0; t < 4; t++) {
+        run_cfg rc = {"optimized", QC_MODE_DYNAMIC, 40, QC_DN_CHUNKED, 8, t < 3 ? t + 1 : 1,
+                      t < 3 ? variant : base};
+        run_seq(m, &rc, toks, 40, 3, &r[t]);
+    }
+    for (int t = 1; t < 3; t++)
+        ck_assert_msg(!memcmp(r[0].logits, r[t].logits, (size_t)n * V * 4),
+                      "%s: logits differ between 1 and %d threads", what, t + 1);
+    ck_assert_msg(memcmp(r[0].logits, r[3].logits, (size_t)n * V * 4) != 0, "%s changed nothing",
+                  what);
+    double se = 0, sg = 0;
+    for (size_t i = 0; i < (size_t)n * V; i++) {
+        const double d = (double)r[0].logits[i] - r[3].logits[i];
+        se += d * d;
+        sg += (double)r[3].logits[i] * r[3].logits[i];
+    }
+    ck_assert_msg(se / sg < nmse_max, "%s vs the base logits: nmse %g", what, se / sg);
+    for (int t = 0; t < 4; t++) run_free(&r[t]);
+}
+
 static const char *const PAR0_FMA[] = {"par_min", "0", "amx", "0", NULL};
 static const char *const PAR0_AMX[] = {"par_min", "0", "amx", "1", NULL};
 
@@ -346,28 +376,8 @@ START_TEST(amx_default_thread_invariant_and_float32_close) {
         ck_assert_uint_eq(be->kernels, QC_BE_KERNEL_AMX);
     }
     qc_backend_destroy(be);
-    int32_t toks[64];
-    make_tokens(toks, 43, m->cfg.vocab_size, 11);
-    const int V = m->cfg.vocab_size, n = 43;
-    run_out r[4];
-    for (int t = 0; t < 4; t++) {
-        run_cfg rc = {"optimized", QC_MODE_DYNAMIC, 40, QC_DN_CHUNKED, 8, t < 3 ? t + 1 : 1,
-                      t < 3 ? PAR0_AMX : PAR0_FMA};
-        run_seq(m, &rc, toks, 40, 3, &r[t]);
-    }
-    for (int t = 1; t < 3; t++)
-        ck_assert_msg(!memcmp(r[0].logits, r[t].logits, (size_t)n * V * 4),
-                      "amx: logits differ between 1 and %d threads", t + 1);
-    ck_assert_msg(memcmp(r[0].logits, r[3].logits, (size_t)n * V * 4) != 0, "amx changed nothing");
-    double se = 0, sg = 0;
-    for (size_t i = 0; i < (size_t)n * V; i++) {
-        const double d = (double)r[0].logits[i] - r[3].logits[i];
-        se += d * d;
-        sg += (double)r[3].logits[i] * r[3].logits[i];
-    }
     /* bf16_dot's rounded activations give ~1e-3 here; float32 reorderings ~1e-12 */
-    ck_assert_msg(se / sg < 1e-9, "amx vs FMA logits: nmse %g", se / sg);
-    for (int t = 0; t < 4; t++) run_free(&r[t]);
+    variant_thread_invariant_and_close(m, PAR0_AMX, PAR0_FMA, 11, 1e-9, "amx");
     qc_model_free(m);
 }
 END_TEST
@@ -434,31 +444,10 @@ START_TEST(bf16_dot_thread_invariant_and_close) {
     ck_assert_ptr_null(((const qc_opt *)be->impl)->bd);
     ck_assert_uint_eq(be->kernels, dflt);
     qc_backend_destroy(be);
-    int32_t toks[64];
-    make_tokens(toks, 43, m->cfg.vocab_size, 7);
-    const int V = m->cfg.vocab_size, n = 43;
-    run_out r[4];
-    for (int t = 0; t < 4; t++) {
-        run_cfg rc = {"optimized", QC_MODE_DYNAMIC, 40, QC_DN_CHUNKED, 8, t < 3 ? t + 1 : 1,
-                      t < 3 ? PAR0_BD : qc_opt_cpu_has_amx() ? PAR0_FMA : PAR0};
-        run_seq(m, &rc, toks, 40, 3, &r[t]);
-    }
-    for (int t = 1; t < 3; t++)
-        ck_assert_msg(!memcmp(r[0].logits, r[t].logits, (size_t)n * V * 4),
-                      "bf16_dot: logits differ between 1 and %d threads", t + 1);
-    ck_assert_msg(memcmp(r[0].logits, r[3].logits, (size_t)n * V * 4) != 0,
-                  "bf16_dot changed nothing");
     /* close: the NMSE of the logits (the bf16 tier's measure; on this tiny random model the
      * rounded activations move them by ~1e-3, as on the BF16 fixtures) */
-    double se = 0, sg = 0;
-    for (size_t i = 0; i < (size_t)n * V; i++) {
-        const double d = (double)r[0].logits[i] - r[3].logits[i];
-        se += d * d;
-        sg += (double)r[3].logits[i] * r[3].logits[i];
-    }
-    ck_assert_msg(se / sg < 1e-2, "bf16_dot vs float32 logits: nmse %g", se / sg);
-
-    for (int t = 0; t < 4; t++) run_free(&r[t]);
+    variant_thread_invariant_and_close(m, PAR0_BD, qc_opt_cpu_has_amx() ? PAR0_FMA : PAR0, 7,
+                                       1e-2, "bf16_dot");
     qc_model_free(m);
 }
 END_TEST

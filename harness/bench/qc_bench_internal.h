@@ -248,7 +248,7 @@ static inline int bench_uses_bf16_dot(const bench_report *R, int b) {
  * report): its dynamic prefill limit is the AMX probe's / 3 (three tdpbf16ps terms per
  * multiply-add). */
 static inline int bench_uses_amx(const bench_report *R, int b) {
-    return b >= 0 && b < R->n_be && R->be[b].amx && !R->be[b].bf16_dot &&
+    return b >= 0 && b < R->n_be && R->be[b].amx &&
            (R->dtype == QC_BF16 || R->dtype == QC_Q8_0);
 }
 /* The name of a figure's limit: "bandwidth", "FMA peak", "BF16 dot peak" or "AMX peak / 3". */
