@@ -56,6 +56,26 @@ static void accumulate(const qc_opt_kernels *K, float *out, const float *p, cons
     for (int i = 0; i < nb; i++) K->axpy(out, p[i], Vb + (size_t)i * hd, hd);
 }
 
+/* One query's online-softmax step for a block of nb scores (in sc, made the block's weights
+ * p): the block max, the rescale of the running output and sum by exp(m - m_new) when the max
+ * grows, exp of the shifted scores, the running sum in key order. Then out += p * V. */
+static void online_softmax(const qc_opt_kernels *K, float *sc, int nb, float *m, float *lsum,
+                           float *out, int hd) {
+    float mb = -INFINITY;
+    for (int i = 0; i < nb; i++)
+        if (sc[i] > mb) mb = sc[i];
+    const float mnew = mb > *m ? mb : *m;
+    if (mnew > *m && *m != -INFINITY) {
+        const float corr = expf(*m - mnew);
+        K->scale(out, corr, hd);
+        *lsum *= corr;
+    }
+    *m = mnew;
+    for (int i = 0; i < nb; i++) sc[i] = sc[i] - mnew;
+    K->vexp(sc, sc, nb);
+    for (int i = 0; i < nb; i++) *lsum += sc[i];
+}
+
 /* item -> tile, zig-zag over the token blocks (0, last, 1, last - 1, ...): the contiguous
  * per-thread ranges of qc_opt_pool.c then hold a similar amount of causal work */
 static void tile_of(const att_job *j, long it, long *tblk, int *h0) {
@@ -87,27 +107,37 @@ static void tile_item(void *ctx, long it, int tid) {
     const int npos_max = j->start_pos + t1; /* keys seen by the tile's last token */
     for (int p0 = 0; p0 < npos_max; p0 += QC_ATT_KB) {
         const float *Kb = Kc + (size_t)p0 * hd, *Vb = Vc + (size_t)p0 * hd;
-        for (int qi = 0; qi < nq; qi++) {
+        for (int qi = 0; qi < nq;) {
             const int t = t0 + qi / j->hq, h = h0 + qi % j->hq, npos = j->start_pos + t + 1;
-            if (p0 >= npos) continue;
+            if (p0 >= npos) {
+                qi++;
+                continue;
+            }
             const int nb = npos - p0 < QC_ATT_KB ? npos - p0 : QC_ATT_KB;
             const float *q = o->act + (size_t)t * nh * hd + (size_t)h * hd;
             float *out = o->ob + (size_t)t * nh * hd + (size_t)h * hd;
-            scores(K, sc, q, Kb, nb, hd, j->scale);
-            float mb = -INFINITY;
-            for (int i = 0; i < nb; i++)
-                if (sc[i] > mb) mb = sc[i];
-            const float mnew = mb > m[qi] ? mb : m[qi];
-            if (mnew > m[qi] && m[qi] != -INFINITY) {
-                const float corr = expf(m[qi] - mnew);
-                K->scale(out, corr, hd);
-                lsum[qi] *= corr;
+            /* the next query too when it sees the same keys of this block (a head of the same
+             * token; a later token past the diagonal block): the two-query kernels */
+            if (K->attn_scores2 && qi + 1 < nq) {
+                const int t2 = t0 + (qi + 1) / j->hq, h2 = h0 + (qi + 1) % j->hq;
+                const int npos2 = j->start_pos + t2 + 1;
+                const int nb2 = npos2 - p0 < QC_ATT_KB ? npos2 - p0 : QC_ATT_KB;
+                if (nb2 == nb) {
+                    const float *q2 = o->act + (size_t)t2 * nh * hd + (size_t)h2 * hd;
+                    float *out2 = o->ob + (size_t)t2 * nh * hd + (size_t)h2 * hd;
+                    float *sc2 = sc + QC_ATT_KB;
+                    K->attn_scores2(sc, sc2, q, q2, Kb, hd, nb, hd, j->scale);
+                    online_softmax(K, sc, nb, &m[qi], &lsum[qi], out, hd);
+                    online_softmax(K, sc2, nb, &m[qi + 1], &lsum[qi + 1], out2, hd);
+                    K->attn_pv2(out, out2, sc, sc2, Vb, hd, nb, hd);
+                    qi += 2;
+                    continue;
+                }
             }
-            m[qi] = mnew;
-            for (int i = 0; i < nb; i++) sc[i] = sc[i] - mnew;
-            K->vexp(sc, sc, nb);
-            for (int i = 0; i < nb; i++) lsum[qi] += sc[i];
+            scores(K, sc, q, Kb, nb, hd, j->scale);
+            online_softmax(K, sc, nb, &m[qi], &lsum[qi], out, hd);
             accumulate(K, out, sc, Vb, nb, hd);
+            qi++;
         }
     }
     for (int qi = 0; qi < nq; qi++) {

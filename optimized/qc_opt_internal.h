@@ -47,7 +47,7 @@ typedef struct {
     float *Vn;   /* [cmax, dv] U, then the new values U - W S */
     float *Qg;   /* [cmax, dk] q * exp(gam) */
     float *vec;  /* [max(dk, dv, hd) + 64] small vectors (recurrence kv, attention acc) */
-    float *sc;   /* [64] attention scores of one key block (QC_OPT_ATT_KB <= 64) */
+    float *sc;   /* [64] attention scores of two key blocks (2 * QC_OPT_ATT_KB <= 64) */
 } qc_opt_thread;
 
 /* one work item of a job: item index, executing thread id (0..nthreads-1, for scratch) */
@@ -218,6 +218,7 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
  * GFLOP/s against 64-key blocks (bench --synthetic 0.8b --layers 4 --prompt 4096
  * --profile-ops). Part of the numbers: the block structure sets the rescales. */
 #define QC_OPT_ATT_KB 16
+_Static_assert(2 * QC_OPT_ATT_KB <= 64, "the attention score scratch holds two key blocks");
 
 /* be's describe text (o->desc) and be->kernels from the ISA, the BF16 weight GEMM (bf16_dot,
  * else AMX) and the threads (create, set_option) */

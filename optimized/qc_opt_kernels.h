@@ -78,6 +78,13 @@ typedef struct qc_opt_kernels {
     void (*attn_scores)(float *sc, const float *q, const float *Kb, long ldk, int nb, int hd,
                         float scale);
     void (*attn_pv)(float *out, const float *p, const float *Vb, long ldv, int nb, int hd);
+    /* the same for two queries against one key block, sharing the K / V loads: sc0 / sc1 bit
+     * for bit attn_scores of q0 / q1, out0 / out1 bit for bit attn_pv with p0 / p1. NULL: the
+     * caller runs the one-query kernels twice. */
+    void (*attn_scores2)(float *sc0, float *sc1, const float *q0, const float *q1,
+                         const float *Kb, long ldk, int nb, int hd, float scale);
+    void (*attn_pv2)(float *out0, float *out1, const float *p0, const float *p1, const float *Vb,
+                     long ldv, int nb, int hd);
     float (*sumsq)(const float *x, int n);                   /* fixed-order sum of squares */
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a * x */
     void (*scale)(float *y, float a, int n);                 /* y *= a */

@@ -86,25 +86,37 @@ T512I __mmask16 tail_mask(int m) { return (__mmask16)((1u << m) - 1); }
 /* GEMM packing and micro tile                                                            */
 /* ===================================================================================== */
 
-T512 static void k5_pack_w(float *panel, const void *W, qc_dtype dt, int K, int mr) {
-    int Kp = qc_opt_kpad(K);
-    for (int kb = 0; kb < Kp; kb += 16) {
-        float *dst = panel + (size_t)kb * MR;
-        int m = K - kb < 16 ? K - kb : 16;
-        for (int r = 0; r < MR; r++) {
-            __m512 v;
-            if (r >= mr) v = _mm512_setzero_ps();
-            else if (m == 16) {
-                switch (dt) {
-                case QC_BF16: v = ld16(W, QC_BF16, (size_t)r * K + kb); break;
-                case QC_F16: v = ld16(W, QC_F16, (size_t)r * K + kb); break;
-                case QC_Q8_0: v = ldq16(W, (size_t)r * K + kb); break;
-                default: v = ld16(W, QC_F32, (size_t)r * K + kb); break;
-                }
-            } else
-                v = ld16_part(W, dt, (size_t)r * K + kb, m);
-            _mm512_storeu_ps(dst + r * 16, v);
+/* Row by row: each weight row is read as one sequential stream (a panel's rows are adjacent
+ * in W, so the panel is one forward sweep), not the mr rows interleaved 32 bytes at a time */
+T512I void pack_row(float *dst, const void *W, qc_dtype dt, size_t i0, int K, int Kp) {
+    int kb = 0;
+    for (; kb + 16 <= K; kb += 16, dst += MR * 16) {
+        __m512 v;
+        switch (dt) {
+        case QC_BF16: v = ld16(W, QC_BF16, i0 + (size_t)kb); break;
+        case QC_F16: v = ld16(W, QC_F16, i0 + (size_t)kb); break;
+        case QC_Q8_0: v = ldq16(W, i0 + (size_t)kb); break;
+        default: v = ld16(W, QC_F32, i0 + (size_t)kb); break;
         }
+        _mm512_storeu_ps(dst, v);
+    }
+    if (kb < K) {
+        _mm512_storeu_ps(dst, ld16_part(W, dt, i0 + (size_t)kb, K - kb));
+        kb += 16;
+        dst += MR * 16;
+    }
+    for (; kb < Kp; kb += 16, dst += MR * 16) _mm512_storeu_ps(dst, _mm512_setzero_ps());
+}
+
+T512 static void k5_pack_w(float *panel, const void *W, qc_dtype dt, int K, int mr) {
+    const int Kp = qc_opt_kpad(K);
+    for (int r = 0; r < MR; r++) {
+        if (r < mr) {
+            pack_row(panel + r * 16, W, dt, (size_t)r * K, K, Kp);
+            continue;
+        }
+        for (int kb = 0; kb < Kp; kb += 16)
+            _mm512_storeu_ps(panel + (size_t)kb * MR + r * 16, _mm512_setzero_ps());
     }
 }
 
@@ -435,6 +447,62 @@ T512 static void k5_attn_scores(float *sc, const float *q, const float *Kb, long
 
 /* out += p[i] * V[i] for i in key order, 128 columns at a time held in registers across the
  * keys: per element the FMA chain of nb k5_axpy calls */
+/* Two queries against the same keys: per key and query the chain of k5_attn_scores (two
+ * 16-lane accumulators over 32-element steps, k5_dot's tails, one reduction, * scale), so
+ * sc0 / sc1 are bit for bit k5_attn_scores of q0 / q1; each K load now serves both queries
+ * (one query and four keys took 10 loads for 8 FMAs: load bound). */
+T512 static void k5_attn_scores2(float *sc0, float *sc1, const float *q0, const float *q1,
+                                 const float *Kb, long ldk, int nb, int hd, float scale) {
+    int i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const float *kr[4] = {Kb + (size_t)i * ldk, Kb + (size_t)(i + 1) * ldk,
+                              Kb + (size_t)(i + 2) * ldk, Kb + (size_t)(i + 3) * ldk};
+        __m512 a[4][2], b[4][2]; /* [key][half]: query 0, query 1 */
+        for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = b[r][0] = b[r][1] = _mm512_setzero_ps();
+        int e = 0;
+        for (; e + 32 <= hd; e += 32) {
+            const __m512 qa0 = _mm512_loadu_ps(q0 + e), qb0 = _mm512_loadu_ps(q0 + e + 16);
+            const __m512 qa1 = _mm512_loadu_ps(q1 + e), qb1 = _mm512_loadu_ps(q1 + e + 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const __m512 ka = _mm512_loadu_ps(kr[r] + e), kb = _mm512_loadu_ps(kr[r] + e + 16);
+                a[r][0] = _mm512_fmadd_ps(qa0, ka, a[r][0]);
+                a[r][1] = _mm512_fmadd_ps(qb0, kb, a[r][1]);
+                b[r][0] = _mm512_fmadd_ps(qa1, ka, b[r][0]);
+                b[r][1] = _mm512_fmadd_ps(qb1, kb, b[r][1]);
+            }
+        }
+        if (e < hd) { /* k5_dot's tails, per key */
+            const int m = hd - e >= 16 ? 16 : hd - e;
+            __mmask16 km = tail_mask(m);
+            const __m512 qa0 = _mm512_maskz_loadu_ps(km, q0 + e), qa1 = _mm512_maskz_loadu_ps(km, q1 + e);
+            for (int r = 0; r < 4; r++) {
+                const __m512 ka = _mm512_maskz_loadu_ps(km, kr[r] + e);
+                a[r][0] = _mm512_fmadd_ps(qa0, ka, a[r][0]);
+                b[r][0] = _mm512_fmadd_ps(qa1, ka, b[r][0]);
+            }
+            const int e2 = e + m;
+            if (e2 < hd) {
+                km = tail_mask(hd - e2);
+                const __m512 qb0 = _mm512_maskz_loadu_ps(km, q0 + e2), qb1 = _mm512_maskz_loadu_ps(km, q1 + e2);
+                for (int r = 0; r < 4; r++) {
+                    const __m512 kb = _mm512_maskz_loadu_ps(km, kr[r] + e2);
+                    a[r][1] = _mm512_fmadd_ps(qb0, kb, a[r][1]);
+                    b[r][1] = _mm512_fmadd_ps(qb1, kb, b[r][1]);
+                }
+            }
+        }
+        for (int r = 0; r < 4; r++) {
+            sc0[i + r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1])) * scale;
+            sc1[i + r] = _mm512_reduce_add_ps(_mm512_add_ps(b[r][0], b[r][1])) * scale;
+        }
+    }
+    for (; i < nb; i++) {
+        sc0[i] = k5_dot(q0, Kb + (size_t)i * ldk, hd) * scale;
+        sc1[i] = k5_dot(q1, Kb + (size_t)i * ldk, hd) * scale;
+    }
+}
+
 T512 static void k5_attn_pv(float *out, const float *p, const float *Vb, long ldv, int nb, int hd) {
     for (int c0 = 0; c0 < hd; c0 += 128) {
         __mmask16 km[8];
@@ -462,6 +530,42 @@ T512 static void k5_attn_pv(float *out, const float *p, const float *Vb, long ld
             }
         }
         for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(out + c0 + 16 * v, km[v], acc[v]);
+    }
+}
+
+/* Two outputs against the same values: each element of out0 / out1 the chain of k5_attn_pv
+ * (fma(p[i], V[i], out) in key order, 128-column chunks), bit for bit; each V load serves
+ * both (one query: a load per FMA) */
+T512 static void k5_attn_pv2(float *out0, float *out1, const float *p0, const float *p1,
+                             const float *Vb, long ldv, int nb, int hd) {
+    for (int c0 = 0; c0 < hd; c0 += 128) {
+        const int nv = (hd - c0 + 15) / 16 < 8 ? (hd - c0 + 15) / 16 : 8;
+        if (nv < 8) { /* the last, narrower chunk: one query at a time */
+            k5_attn_pv(out0 + c0, p0, Vb + c0, ldv, nb, hd - c0);
+            k5_attn_pv(out1 + c0, p1, Vb + c0, ldv, nb, hd - c0);
+            continue;
+        }
+        __m512 a[8], b[8];
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) {
+            a[v] = _mm512_loadu_ps(out0 + c0 + 16 * v);
+            b[v] = _mm512_loadu_ps(out1 + c0 + 16 * v);
+        }
+        for (int i = 0; i < nb; i++) {
+            const float *vr = Vb + (size_t)i * ldv + c0;
+            const __m512 pa = _mm512_set1_ps(p0[i]), pb = _mm512_set1_ps(p1[i]);
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) {
+                const __m512 vv = _mm512_loadu_ps(vr + 16 * v);
+                a[v] = _mm512_fmadd_ps(pa, vv, a[v]);
+                b[v] = _mm512_fmadd_ps(pb, vv, b[v]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) {
+            _mm512_storeu_ps(out0 + c0 + 16 * v, a[v]);
+            _mm512_storeu_ps(out1 + c0 + 16 * v, b[v]);
+        }
     }
 }
 
@@ -601,6 +705,8 @@ static const qc_opt_kernels k5_table = {
     .axpy = k5_axpy,
     .attn_scores = k5_attn_scores,
     .attn_pv = k5_attn_pv,
+    .attn_scores2 = k5_attn_scores2,
+    .attn_pv2 = k5_attn_pv2,
     .scale = k5_scale,
     .mul = k5_mul,
     .vexp = k5_vexp,

@@ -10,6 +10,7 @@
  * DeltaNet and the MoE block call it; it calls only the kernels and the pool.
  */
 #include "qc_opt_internal.h"
+#include <stdlib.h>
 
 static size_t rows_of(const qc_tensor *t) { return (size_t)t->shape[0]; }
 
@@ -156,7 +157,8 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
     /* token block: as many strips as fit in ~1.5 MiB (stays in the 2 MiB L2 with the panel
      * while the panels run; every panel is widened once per token block) */
     const long strip_bytes = j.bd ? (long)bd_strip_words(&j) * 4 : (long)j.Kp * NR * 4;
-    j.sblk = (int)((3L << 19) / strip_bytes);
+    static long budget = -1; if (budget < 0) { const char *e = getenv("QC_SBLK"); budget = e ? atol(e) : (3L << 19); }
+    j.sblk = (int)(budget / strip_bytes);
     if (j.sblk < 1) j.sblk = 1;
     const long nsb = (j.ns + j.sblk - 1) / j.sblk;
     qc_opt_run(o, j.ns, par, j.bd ? pack_item_bd : pack_item, &j);
