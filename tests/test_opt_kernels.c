@@ -253,6 +253,54 @@ END_TEST
 /* Probes and dispatch                                                                    */
 /* ===================================================================================== */
 
+/* The attention inner loops (qc_opt_attention.c) where a table has them: attn_scores is the
+ * table's dot per key, attn_pv the chain of its axpy calls, and the two-query kernels give
+ * each query exactly what the one-query kernels give it -- bit for bit, every key count of a
+ * block, head dims with SIMD tails (7, 33: one and two masked halves; 130: a narrow last
+ * 128-column chunk of attn_pv) */
+START_TEST(attention_kernels_are_dot_and_axpy) {
+    const qc_opt_kernels *k = qc_opt_kernels_by_name(isa_names[_i]);
+    if (!k || !k->attn_scores) return;
+    ck_assert_msg(!k->attn_scores2 == !k->attn_pv2, "%s: one two-query kernel without the other", k->isa);
+    const int hds[] = {7, 16, 33, 64, 130, 256};
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
+        for (int nb = 1; nb <= 16; nb++) {
+            const int hd = hds[hi];
+            float *q0 = rnd((size_t)hd), *q1 = rnd((size_t)hd), *Kb = rnd((size_t)nb * hd);
+            float *p0 = rnd((size_t)nb), *p1 = rnd((size_t)nb), *init = rnd((size_t)hd);
+            float s0[16], s1[16], w0[16], w1[16];
+            k->attn_scores(s0, q0, Kb, hd, nb, hd, 0.0625f);
+            k->attn_scores(s1, q1, Kb, hd, nb, hd, 0.0625f);
+            for (int i = 0; i < nb; i++) {
+                const float want = k->dot(q0, Kb + (size_t)i * hd, hd) * 0.0625f;
+                ck_assert_msg(!memcmp(&s0[i], &want, 4), "%s attn_scores hd %d nb %d key %d: %.9g != dot %.9g",
+                              k->isa, hd, nb, i, s0[i], want);
+            }
+            float *o0 = malloc((size_t)hd * 4), *o1 = malloc((size_t)hd * 4), *ref = malloc((size_t)hd * 4);
+            memcpy(o0, init, (size_t)hd * 4);
+            memcpy(ref, init, (size_t)hd * 4);
+            k->attn_pv(o0, p0, Kb, hd, nb, hd);
+            for (int i = 0; i < nb; i++) k->axpy(ref, p0[i], Kb + (size_t)i * hd, hd);
+            ck_assert_msg(!memcmp(o0, ref, (size_t)hd * 4), "%s attn_pv hd %d nb %d != axpy chain", k->isa, hd, nb);
+            if (k->attn_scores2) {
+                k->attn_scores2(w0, w1, q0, q1, Kb, hd, nb, hd, 0.0625f);
+                ck_assert_msg(!memcmp(w0, s0, (size_t)nb * 4) && !memcmp(w1, s1, (size_t)nb * 4),
+                              "%s attn_scores2 hd %d nb %d != attn_scores", k->isa, hd, nb);
+                float *a0 = malloc((size_t)hd * 4), *a1 = malloc((size_t)hd * 4);
+                memcpy(a0, init, (size_t)hd * 4);
+                memcpy(a1, init, (size_t)hd * 4);
+                memcpy(o1, init, (size_t)hd * 4);
+                k->attn_pv(o1, p1, Kb, hd, nb, hd);
+                k->attn_pv2(a0, a1, p0, p1, Kb, hd, nb, hd);
+                ck_assert_msg(!memcmp(a0, o0, (size_t)hd * 4) && !memcmp(a1, o1, (size_t)hd * 4),
+                              "%s attn_pv2 hd %d nb %d != attn_pv", k->isa, hd, nb);
+                free(a0); free(a1);
+            }
+            free(q0); free(q1); free(Kb); free(p0); free(p1); free(init); free(o0); free(o1); free(ref);
+        }
+}
+END_TEST
+
 START_TEST(probes_and_pick) {
     const qc_opt_kernels *k = qc_opt_kernels_by_name(isa_names[_i]);
     if (!k) return;
@@ -282,6 +330,7 @@ Suite *opt_kernels_suite(void) {
     tcase_add_loop_test(tc, gemm_nn_is_the_fma_chain, 0, 3);
     tcase_add_loop_test(tc, vector_ops_match_naive, 0, 3);
     tcase_add_loop_test(tc, transcendental_match_libm, 0, 3);
+    tcase_add_loop_test(tc, attention_kernels_are_dot_and_axpy, 0, 3);
     tcase_add_loop_test(tc, probes_and_pick, 0, 3);
     suite_add_tcase(s, tc);
     return s;
