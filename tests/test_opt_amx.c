@@ -14,6 +14,7 @@
 
 #include "qc/qc_model.h"
 #include "../optimized/qc_opt_kernels.h"
+#include "support/qc_test_pair_gemm.h"
 
 static unsigned rng = 4242u;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -138,21 +139,10 @@ START_TEST(gemm_matches_naive_and_tiling) {
             if (fabs(got - exact) / mag > worst) worst = fabs(got - exact) / mag;
         }
     printf("test_opt_amx: worst |y - fp64| / sum|w x| = %.3g\n", worst);
-    /* an element's bits do not depend on its tile: row r alone (mr 1), token t alone */
+    /* an element's bits do not depend on its tile */
     const int picks[4][2] = {{0, 0}, {ROWS - 1, NT - 1}, {13, 31}, {40, 33}};
-    uint32_t *s1 = aligned_alloc(64, strip_words * 4);
-    for (int q = 0; q < 4; q++) {
-        const int r = picks[q][0], t = picks[q][1];
-        a->pack_x(s1, x + (size_t)t * K, K, K, 1);
-        a->pack_w(panel, w + (size_t)r * K, K, 1);
-        float one = NAN;
-        a->begin();
-        a->gemm_tile(panel, s1, Kp, &one, 1, 1, 1);
-        a->end();
-        ck_assert_msg(memcmp(&one, &y[(size_t)t * ROWS + r], 4) == 0,
-                      "y[%d,%d]: %.9g alone, %.9g in the tile", t, r, one, y[(size_t)t * ROWS + r]);
-    }
-    free(s1); free(w); free(x); free(strip); free(panel); free(y);
+    qc_test_pair_gemm_alone(a, w, (size_t)K * 2, x, K, Kp, strip_words, panel, y, ROWS, picks, 4);
+    free(w); free(x); free(strip); free(panel); free(y);
 }
 END_TEST
 

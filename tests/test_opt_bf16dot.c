@@ -13,6 +13,7 @@
 
 #include "qc/qc_model.h"
 #include "../optimized/qc_opt_kernels.h"
+#include "support/qc_test_pair_gemm.h"
 
 static unsigned rng = 777u;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -98,20 +99,10 @@ START_TEST(gemm_matches_naive_and_tiling) {
             ck_assert_msg(fabs(got - ref) <= 2e-6 * mag + 1e-30, "y[%d,%d] = %.9g, want %.9g",
                           t, r, got, ref);
         }
-    /* the element's bits do not depend on the tile it is computed in: row r alone (mr 1),
-     * token t alone (a strip of one token) */
+    /* the element's bits do not depend on the tile it is computed in */
     const int picks[4][2] = {{0, 0}, {ROWS - 1, NT - 1}, {13, 31}, {5, 33}};
-    for (int q = 0; q < 4; q++) {
-        const int r = picks[q][0], t = picks[q][1];
-        uint32_t *s1 = aligned_alloc(64, (size_t)Kp / 2 * NR * 4);
-        bd->pack_x(s1, x + (size_t)t * K, K, K, 1);
-        bd->pack_w(panel, w + (size_t)r * K, K, 1);
-        float one = NAN;
-        bd->gemm_tile(panel, s1, Kp, &one, 1, 1, 1);
-        ck_assert_msg(memcmp(&one, &y[(size_t)t * ROWS + r], 4) == 0, "y[%d,%d]: %.9g alone, %.9g in the tile",
-                      t, r, one, y[(size_t)t * ROWS + r]);
-        free(s1);
-    }
+    qc_test_pair_gemm_alone(bd, w, (size_t)K * 2, x, K, Kp, (size_t)Kp / 2 * NR, panel, y, ROWS,
+                            picks, 4);
     free(w); free(x); free(strip); free(panel); free(y);
 }
 END_TEST
