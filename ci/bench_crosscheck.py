@@ -150,8 +150,10 @@ def main():
     if a.native and a.build_info:
         secs = os.path.join(a.build_info, "build.seconds")
         took = open(secs).read().strip() + " s" if os.path.exists(secs) else "?"
+        ccf = os.path.join(a.build_info, "build.compiler")
+        cc = open(ccf).read().strip() if os.path.exists(ccf) else "compiler not recorded"
         out.append(f"- native build: {a.build_info}/build (Release, GGML_NATIVE=ON, shared,"
-                   f" GGML_OPENMP=OFF; built in {took}; ci/llamacpp-native)")
+                   f" GGML_OPENMP=OFF; {cc}; built in {took}; ci/llamacpp-native)")
     out.append(f"- bench: commit {rep.get('commit', '?')}, {rep.get('date', '?')}, reps"
                f" {cfg.get('reps', '?')}, warm-up {cfg.get('warmup', '?')}"
                + ("; llama-bench ran just before bench (not interleaved with it)" if lb_raw is not None else ""))
