@@ -139,5 +139,18 @@ rc=$?
   && grep -qF "| 1 | pp8 | 30 [30-30] | 20 [20-20] | 1.50x |" "$TMP/out" \
   && ok "bench_crosscheck --weights: the line, the title's type Q8_0 (not config.dtype BF16), ratio 1.50x" \
   || bad "--weights: exit $rc $(cat "$TMP/out" "$TMP/err" | head -8)"
+# the native build's line names the compiler ci/llamacpp-native recorded (build.compiler)
+mkdir -p "$TMP/nat"
+echo 307 > "$TMP/nat/build.seconds"
+echo "g++ (Debian 12.2.0-14) 12.2.0" > "$TMP/nat/build.compiler"
+"$PY" "$SRC/ci/bench_crosscheck.py" --bench "$TMP/b.json" --native 1 --build-info "$TMP/nat" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+[ $rc = 0 ] && grep -qF "GGML_OPENMP=OFF; g++ (Debian 12.2.0-14) 12.2.0; built in 307 s; ci/llamacpp-native)" "$TMP/out" \
+  && ok "bench_crosscheck: the native build line names its compiler" \
+  || bad "--build-info: exit $rc $(cat "$TMP/out" "$TMP/err" | head -8)"
+rm "$TMP/nat/build.compiler"
+"$PY" "$SRC/ci/bench_crosscheck.py" --bench "$TMP/b.json" --native 1 --build-info "$TMP/nat" >"$TMP/out" 2>"$TMP/err"
+grep -qF "GGML_OPENMP=OFF; compiler not recorded; built in 307 s" "$TMP/out" \
+  && ok "bench_crosscheck: a build without build.compiler says so" || bad "no build.compiler: $(head -8 "$TMP/out")"
 
 bench_done
