@@ -58,7 +58,8 @@ static void accumulate(const qc_opt_kernels *K, float *out, const float *p, cons
 
 /* One query's online-softmax step for a block of nb scores (in sc, made the block's weights
  * p): the block max, the rescale of the running output and sum by exp(m - m_new) when the max
- * grows, exp of the shifted scores, the running sum in key order. Then out += p * V. */
+ * grows, exp of the shifted scores, the running sum in key order. The caller then adds p * V
+ * to out. */
 static void online_softmax(const qc_opt_kernels *K, float *sc, int nb, float *m, float *lsum,
                            float *out, int hd) {
     float mb = -INFINITY;
@@ -85,11 +86,30 @@ static void tile_of(const att_job *j, long it, long *tblk, int *h0) {
     *h0 = (int)(r * j->hq);
 }
 
+/* query qi of a tile (token t0 + qi / hq, head h0 + qi % hq): where its q is, where its
+ * output goes, and how many keys it sees */
+typedef struct {
+    const float *q; /* [hd] in o->act */
+    float *out;     /* [hd] in o->ob */
+    const float *gate; /* [hd] the output gate in o->mix */
+    int npos;       /* keys it sees: start_pos + t + 1 */
+} att_query;
+
+static att_query query_of(const att_job *j, int t0, int h0, int qi) {
+    const qc_opt *o = j->o;
+    const int hd = j->hd, nh = j->nh, t = t0 + qi / j->hq, h = h0 + qi % j->hq;
+    const size_t at = (size_t)t * nh * hd + (size_t)h * hd;
+    return (att_query){.q = o->act + at, .out = o->ob + at,
+                       .gate = o->mix + (size_t)t * 2 * nh * hd + (size_t)h * 2 * hd + hd,
+                       .npos = j->start_pos + t + 1};
+}
+
 static void tile_item(void *ctx, long it, int tid) {
     const att_job *j = ctx;
     qc_opt *o = j->o;
     const qc_opt_kernels *K = o->k;
-    const int hd = j->hd, nh = j->nh, qgd = 2 * nh * hd;
+    const int hd = j->hd;
+    const int pair = K->attn_scores2 && K->attn_pv2; /* the two-query kernels (AVX-512) */
     long tblk;
     int h0;
     tile_of(j, it, &tblk, &h0);
@@ -97,54 +117,45 @@ static void tile_item(void *ctx, long it, int tid) {
     const int g = h0 / j->grp, nq = (t1 - t0) * j->hq;
     const float *Kc = j->kc + (size_t)g * j->max_ctx * hd, *Vc = j->vc + (size_t)g * j->max_ctx * hd;
     float m[QC_ATT_QMAX], lsum[QC_ATT_QMAX];
-    float *sc = o->th[tid].sc;
+    float *sc = o->th[tid].sc, *sc2 = sc + QC_ATT_KB;
     for (int qi = 0; qi < nq; qi++) {
-        const int t = t0 + qi / j->hq, h = h0 + qi % j->hq;
         m[qi] = -INFINITY;
         lsum[qi] = 0.0f;
-        memset(o->ob + (size_t)t * nh * hd + (size_t)h * hd, 0, (size_t)hd * sizeof(float));
+        memset(query_of(j, t0, h0, qi).out, 0, (size_t)hd * sizeof(float));
     }
     const int npos_max = j->start_pos + t1; /* keys seen by the tile's last token */
     for (int p0 = 0; p0 < npos_max; p0 += QC_ATT_KB) {
         const float *Kb = Kc + (size_t)p0 * hd, *Vb = Vc + (size_t)p0 * hd;
         for (int qi = 0; qi < nq;) {
-            const int t = t0 + qi / j->hq, h = h0 + qi % j->hq, npos = j->start_pos + t + 1;
-            if (p0 >= npos) {
+            const att_query a = query_of(j, t0, h0, qi);
+            if (p0 >= a.npos) {
                 qi++;
                 continue;
             }
-            const int nb = npos - p0 < QC_ATT_KB ? npos - p0 : QC_ATT_KB;
-            const float *q = o->act + (size_t)t * nh * hd + (size_t)h * hd;
-            float *out = o->ob + (size_t)t * nh * hd + (size_t)h * hd;
+            const int nb = a.npos - p0 < QC_ATT_KB ? a.npos - p0 : QC_ATT_KB;
             /* the next query too when it sees the same keys of this block (a head of the same
              * token; a later token past the diagonal block): the two-query kernels */
-            if (K->attn_scores2 && qi + 1 < nq) {
-                const int t2 = t0 + (qi + 1) / j->hq, h2 = h0 + (qi + 1) % j->hq;
-                const int npos2 = j->start_pos + t2 + 1;
-                const int nb2 = npos2 - p0 < QC_ATT_KB ? npos2 - p0 : QC_ATT_KB;
-                if (nb2 == nb) {
-                    const float *q2 = o->act + (size_t)t2 * nh * hd + (size_t)h2 * hd;
-                    float *out2 = o->ob + (size_t)t2 * nh * hd + (size_t)h2 * hd;
-                    float *sc2 = sc + QC_ATT_KB;
-                    K->attn_scores2(sc, sc2, q, q2, Kb, hd, nb, hd, j->scale);
-                    online_softmax(K, sc, nb, &m[qi], &lsum[qi], out, hd);
-                    online_softmax(K, sc2, nb, &m[qi + 1], &lsum[qi + 1], out2, hd);
-                    K->attn_pv2(out, out2, sc, sc2, Vb, hd, nb, hd);
+            if (pair && qi + 1 < nq) {
+                const att_query b = query_of(j, t0, h0, qi + 1);
+                if ((b.npos - p0 < QC_ATT_KB ? b.npos - p0 : QC_ATT_KB) == nb) {
+                    K->attn_scores2(sc, sc2, a.q, b.q, Kb, hd, nb, hd, j->scale);
+                    online_softmax(K, sc, nb, &m[qi], &lsum[qi], a.out, hd);
+                    online_softmax(K, sc2, nb, &m[qi + 1], &lsum[qi + 1], b.out, hd);
+                    K->attn_pv2(a.out, b.out, sc, sc2, Vb, hd, nb, hd);
                     qi += 2;
                     continue;
                 }
             }
-            scores(K, sc, q, Kb, nb, hd, j->scale);
-            online_softmax(K, sc, nb, &m[qi], &lsum[qi], out, hd);
-            accumulate(K, out, sc, Vb, nb, hd);
+            scores(K, sc, a.q, Kb, nb, hd, j->scale);
+            online_softmax(K, sc, nb, &m[qi], &lsum[qi], a.out, hd);
+            accumulate(K, a.out, sc, Vb, nb, hd);
             qi++;
         }
     }
     for (int qi = 0; qi < nq; qi++) {
-        const int t = t0 + qi / j->hq, h = h0 + qi % j->hq;
-        float *out = o->ob + (size_t)t * nh * hd + (size_t)h * hd;
-        K->scale(out, 1.0f / lsum[qi], hd);
-        K->sigmoid_mul(out, o->mix + (size_t)t * qgd + (size_t)h * 2 * hd + hd, hd);
+        const att_query a = query_of(j, t0, h0, qi);
+        K->scale(a.out, 1.0f / lsum[qi], hd);
+        K->sigmoid_mul(a.out, a.gate, hd);
     }
 }
 

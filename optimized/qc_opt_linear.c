@@ -18,6 +18,8 @@ static size_t rows_of(const qc_tensor *t) { return (size_t)t->shape[0]; }
  * less of it); which thread computes a row / panel never changes its value. */
 #define MV_CHUNK_ROWS 64 /* matrix-vector rows per work item */
 #define GEMM_PANELS 2    /* GEMM panels per work item */
+#define SBLK_BYTES (3L << 19) /* token strips per block: ~1.5 MiB (in a 2 MiB L2 with the panel;
+                                 Zen 5's 1 MiB L2: 0.75 and 0.375 MiB measured no faster) */
 
 typedef struct {
     qc_opt *o;
@@ -154,11 +156,10 @@ void qc_opt_linear(qc_opt *o, const float *x, long ldx, int n, int K, const qc_o
         j.ngrp += (panels + GEMM_PANELS - 1) / GEMM_PANELS;
         j.end[i] = j.ngrp;
     }
-    /* token block: as many strips as fit in ~1.5 MiB (stays in the 2 MiB L2 with the panel
-     * while the panels run; every panel is widened once per token block) */
+    /* token block: as many strips as fit in SBLK_BYTES; every panel is widened once per
+     * token block */
     const long strip_bytes = j.bd ? (long)bd_strip_words(&j) * 4 : (long)j.Kp * NR * 4;
-    static long budget = -1; if (budget < 0) { const char *e = getenv("QC_SBLK"); budget = e ? atol(e) : (3L << 19); }
-    j.sblk = (int)(budget / strip_bytes);
+    j.sblk = (int)(SBLK_BYTES / strip_bytes);
     if (j.sblk < 1) j.sblk = 1;
     const long nsb = (j.ns + j.sblk - 1) / j.sblk;
     qc_opt_run(o, j.ns, par, j.bd ? pack_item_bd : pack_item, &j);

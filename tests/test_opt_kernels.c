@@ -277,6 +277,7 @@ START_TEST(attention_kernels_are_dot_and_axpy) {
                               k->isa, hd, nb, i, s0[i], want);
             }
             float *o0 = malloc((size_t)hd * 4), *o1 = malloc((size_t)hd * 4), *ref = malloc((size_t)hd * 4);
+            float *a0 = malloc((size_t)hd * 4), *a1 = malloc((size_t)hd * 4);
             memcpy(o0, init, (size_t)hd * 4);
             memcpy(ref, init, (size_t)hd * 4);
             k->attn_pv(o0, p0, Kb, hd, nb, hd);
@@ -286,7 +287,6 @@ START_TEST(attention_kernels_are_dot_and_axpy) {
                 k->attn_scores2(w0, w1, q0, q1, Kb, hd, nb, hd, 0.0625f);
                 ck_assert_msg(!memcmp(w0, s0, (size_t)nb * 4) && !memcmp(w1, s1, (size_t)nb * 4),
                               "%s attn_scores2 hd %d nb %d != attn_scores", k->isa, hd, nb);
-                float *a0 = malloc((size_t)hd * 4), *a1 = malloc((size_t)hd * 4);
                 memcpy(a0, init, (size_t)hd * 4);
                 memcpy(a1, init, (size_t)hd * 4);
                 memcpy(o1, init, (size_t)hd * 4);
@@ -294,9 +294,9 @@ START_TEST(attention_kernels_are_dot_and_axpy) {
                 k->attn_pv2(a0, a1, p0, p1, Kb, hd, nb, hd);
                 ck_assert_msg(!memcmp(a0, o0, (size_t)hd * 4) && !memcmp(a1, o1, (size_t)hd * 4),
                               "%s attn_pv2 hd %d nb %d != attn_pv", k->isa, hd, nb);
-                free(a0); free(a1);
             }
             free(q0); free(q1); free(Kb); free(p0); free(p1); free(init); free(o0); free(o1); free(ref);
+            free(a0); free(a1);
         }
 }
 END_TEST
