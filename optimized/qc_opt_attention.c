@@ -89,11 +89,14 @@ static void tile_of(const att_job *j, long it, long *tblk, int *h0) {
 /* query qi of a tile (token t0 + qi / hq, head h0 + qi % hq): where its q is, where its
  * output goes, and how many keys it sees */
 typedef struct {
-    const float *q; /* [hd] in o->act */
-    float *out;     /* [hd] in o->ob */
+    const float *q;    /* [hd] in o->act */
+    float *out;        /* [hd] in o->ob */
     const float *gate; /* [hd] the output gate in o->mix */
-    int npos;       /* keys it sees: start_pos + t + 1 */
+    int npos;          /* keys it sees: start_pos + t + 1 */
 } att_query;
+
+/* keys of the block starting at p0 that a query seeing npos keys uses (npos > p0) */
+static int keys_in_block(int npos, int p0) { return npos - p0 < QC_ATT_KB ? npos - p0 : QC_ATT_KB; }
 
 static att_query query_of(const att_job *j, int t0, int h0, int qi) {
     const qc_opt *o = j->o;
@@ -132,12 +135,12 @@ static void tile_item(void *ctx, long it, int tid) {
                 qi++;
                 continue;
             }
-            const int nb = a.npos - p0 < QC_ATT_KB ? a.npos - p0 : QC_ATT_KB;
+            const int nb = keys_in_block(a.npos, p0);
             /* the next query too when it sees the same keys of this block (a head of the same
              * token; a later token past the diagonal block): the two-query kernels */
             if (pair && qi + 1 < nq) {
                 const att_query b = query_of(j, t0, h0, qi + 1);
-                if ((b.npos - p0 < QC_ATT_KB ? b.npos - p0 : QC_ATT_KB) == nb) {
+                if (keys_in_block(b.npos, p0) == nb) {
                     K->attn_scores2(sc, sc2, a.q, b.q, Kb, hd, nb, hd, j->scale);
                     online_softmax(K, sc, nb, &m[qi], &lsum[qi], a.out, hd);
                     online_softmax(K, sc2, nb, &m[qi + 1], &lsum[qi + 1], b.out, hd);

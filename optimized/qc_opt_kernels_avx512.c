@@ -257,9 +257,9 @@ T512I float mv_row_bf16(const void *W, int K, const float *x, const float *xe, i
  * a 64-element step is two blocks (a0, a1 | a2, a3), a last odd block goes to a0, a1 as
  * mv_row's two 16-element tail steps; each half-block widened, times the block's d (exact).
  * No software prefetch: on Zen 5 the hardware prefetcher alone streams these rows faster
- * (a /tmp microbenchmark, 6144 x 1024 Q8_0 matrices from DRAM, one thread, interleaved: 27-28
- * GB/s without, 21-22 with prefetches 1024 bytes ahead, 22-23 at 2048, 24-26 at 4096; 0.8B
- * Q8_0 decode, one thread: 22.4-23.6 -> 25.0-25.3 tok/s). */
+ * (6144 x 1024 Q8_0 matrices from DRAM, one thread, variants interleaved: 23.6-27.8 GB/s
+ * without, 20.7-22.9 with prefetches 1024 bytes ahead, 21.4-22.8 at 2048, 23.3-25.7 at 4096;
+ * 0.8B Q8_0 decode, one thread: 22.4-23.6 -> 25.0-25.3 tok/s; docs/performance.md). */
 T512I float mv_row_q8(const void *W, int K, const float *x) {
     const unsigned char *Wb = W;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
